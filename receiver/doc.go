@@ -1,0 +1,57 @@
+// Package receiver is the transport-agnostic idempotent receiver: the one
+// duplicate pipeline shared by the STOMP consumer, the RabbitMQ consumer and
+// any hand-written consumer (Spring Integration's Idempotent Receiver and
+// Fency's barrier, done so that no delivery is acknowledged while its
+// outcome is unknown).
+//
+// A transport turns each delivery into a *Message and calls
+// Receiver.Process (or a handler built with Wrap), then does what the
+// Result says: Ack, Requeue (hand back, never acknowledge) or DeadLetter.
+// The pipeline:
+//
+//  1. Key: m.Key (the broker's message id) or Config.KeyFunc; a missing key
+//     is dead-lettered (or processed unchecked, by policy) — never a crash,
+//     never a silent drop.
+//  2. Memory tier (MemorySelector): the connection audit (per destination
+//     for queues, per consumer for topics; owned by the Receiver, so it
+//     survives reconnects) plus an in-flight/outcome table. A key
+//     completed here is acknowledged as a duplicate without a store round
+//     trip; a key in flight here is waited for (bounded) and otherwise
+//     requeued — never acknowledged.
+//  3. Durable tier (StoreSelector): idempotency.Store try-claim. Claimed →
+//     run; AlreadyConfirmed → duplicate; InProgress or an error → requeue.
+//  4. Extra selectors (Config.Selectors), e.g. a metadata-store selector.
+//  5. Handler (panics recovered; the claim renewed at half its lease while
+//     it runs). Success → confirm in the store, record the key as
+//     completed → Ack. Failure → roll back the audit bit and release the
+//     claim → Requeue until MaxAttempts, then DeadLetter with the reason
+//     and attempt count.
+//
+// Confirmed duplicates follow the DuplicatePolicy: drop (acknowledge, log at
+// warn, count), dead-letter, deliver marked (Message.Duplicate and the
+// "duplicate" header), or a hook; handlers built with Wrap return
+// ErrDuplicate, which transports map to "acknowledge, don't process".
+//
+// # Guarantees and limits
+//
+// The receiver never returns Ack for a delivery whose original is in flight
+// or whose claim is held elsewhere. With a durable store, work confirmed
+// before a crash or on another machine is recognised after restart. A
+// handler whose effect landed but whose confirm did not (a crash between
+// the two) runs again on redelivery: at-least-once cannot prevent that
+// unless the effect and the confirm share one transaction. Without a store,
+// an id below the audit window is treated as new (fail-open, counted), and
+// an audit restored from a snapshot is trusted, so snapshot it only when
+// nothing is in flight.
+//
+// # Concurrency
+//
+// A Receiver, its selectors and its Metrics are safe for concurrent use by
+// any number of goroutines. One Message belongs to one Process call at a
+// time (Process sets its derived key, Attempt and, for DuplicateDeliver,
+// Duplicate and a copied Headers map). Process blocks while the handler
+// runs and, for a duplicate of an in-flight delivery, for at most
+// Config.InFlightWait. Renewals run in a goroutine per claim that stops
+// before Process returns. Callbacks (OnDuplicate, Handler) are never called
+// with a receiver lock held.
+package receiver

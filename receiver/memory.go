@@ -1,0 +1,316 @@
+package receiver
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/acemq/msgaudit/bitsetbin"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// Auditor is the connection audit consulted by the memory selector: a
+// per-destination (queues) or per-consumer (topics) window of producer
+// sequence bits. ConnAudit adapts *connaudit.Audit to it.
+//
+// Check records id and says whether it was seen (bitsetbin.New, Duplicate,
+// TooOld); an error means the id cannot be audited (malformed or too long)
+// and nothing was recorded. Rollback clears a recorded id. Implementations
+// must be safe for concurrent use.
+type Auditor interface {
+	Check(consumer, destination, id string) (bitsetbin.Verdict, error)
+	Rollback(consumer, destination, id string) error
+}
+
+// memoryShards is the number of independently locked shards of the
+// in-flight/outcome table.
+const memoryShards = 16
+
+// MemorySelector is the cheap first tier: the connection audit plus the
+// receiver's in-flight/outcome table (key → in flight | completed; a failed
+// delivery leaves no entry because its audit bit is rolled back). It knows
+// what happened in this process since it started (or since the audit
+// snapshot it was restored from):
+//
+//   - key in flight here: wait (bounded by ctx and the wait limit) for the
+//     original's outcome: completed → Reject("in-flight"); failed →
+//     decide again (the bit is rolled back, so this delivery may run);
+//     still unknown → Defer("in-flight"). Never an Accept or Reject while
+//     the original's outcome is unknown.
+//   - key completed here (bounded LRU): Reject("audit") — no store round
+//     trip (two-tier).
+//   - audit New: Accept, recording the key as in flight.
+//   - audit Duplicate with no table entry (the table entry was evicted, or
+//     the audit was restored from a snapshot): with a durable tier after
+//     this one, Accept and let it decide; without one, Reject("audit")
+//     (ActiveMQ's behaviour — snapshot an audit only when nothing is in
+//     flight, or run a store).
+//   - audit TooOld: nothing recorded by the audit; Accept (a durable tier
+//     decides; without one this is the documented fail-open, counted in
+//     Metrics.TooOldFailOpen).
+//   - audit error (an id it cannot parse): with a durable tier, Accept
+//     (table-only tracking, counted in Metrics.AuditBypass); without one,
+//     an error wrapping ErrBadKey (dead-letter).
+//
+// The table's lock covers the audit check and the table update, so two
+// concurrent deliveries of one key cannot both be taken as new.
+type MemorySelector struct {
+	audit   Auditor
+	durable bool
+	wait    time.Duration
+	metrics *Metrics
+	log     *slog.Logger
+	seed    maphash.Seed
+	shards  [memoryShards]memShard
+}
+
+type memShard struct {
+	mu       sync.Mutex
+	inflight map[string]*flight
+	done     *simplelru.LRU[string, struct{}]
+}
+
+// flight is one in-flight delivery; done is closed when it settles.
+type flight struct {
+	done      chan struct{}
+	completed bool
+}
+
+// MemoryOptions configure a MemorySelector.
+type MemoryOptions struct {
+	// Audit is the connection audit; nil means table only.
+	Audit Auditor
+	// Durable says a durable selector follows this one (it decides what
+	// memory cannot know). New sets it from the Config.
+	Durable bool
+	// Wait bounds the wait for an in-flight original: 0 means 10 s, a
+	// negative value means do not wait (Defer at once).
+	Wait time.Duration
+	// Completed is the number of completed keys remembered (LRU); 0 means
+	// 65536.
+	Completed int
+	// Metrics receives TooOldFailOpen and AuditBypass counts; nil is allowed.
+	Metrics *Metrics
+	// Logger; nil is silent.
+	Logger *slog.Logger
+}
+
+// DefaultInFlightWait is how long a duplicate waits for its in-flight
+// original by default.
+const DefaultInFlightWait = 10 * time.Second
+
+// DefaultCompleted is the default number of completed keys remembered.
+const DefaultCompleted = 1 << 16
+
+// NewMemorySelector returns a MemorySelector.
+func NewMemorySelector(o MemoryOptions) (*MemorySelector, error) {
+	if o.Completed < 0 {
+		return nil, fmt.Errorf("%w: negative completed size %d", ErrConfig, o.Completed)
+	}
+	if o.Completed == 0 {
+		o.Completed = DefaultCompleted
+	}
+	if o.Wait == 0 {
+		o.Wait = DefaultInFlightWait
+	}
+	s := &MemorySelector{audit: o.Audit, durable: o.Durable, wait: o.Wait, metrics: o.Metrics,
+		log: orDiscard(o.Logger), seed: maphash.MakeSeed()}
+	per := (o.Completed + memoryShards - 1) / memoryShards
+	for i := range s.shards {
+		lru, err := simplelru.NewLRU[string, struct{}](per, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		s.shards[i].inflight = make(map[string]*flight)
+		s.shards[i].done = lru
+	}
+	return s, nil
+}
+
+// Name returns "memory".
+func (s *MemorySelector) Name() string { return "memory" }
+
+func tableKey(m *Message) string {
+	return m.Scope() + "\x00" + m.IdempotencyKey()
+}
+
+func (s *MemorySelector) shard(k string) *memShard {
+	return &s.shards[maphash.String(s.seed, k)%memoryShards]
+}
+
+// Select decides about m as described on MemorySelector.
+func (s *MemorySelector) Select(ctx context.Context, m *Message) (Decision, error) {
+	k := tableKey(m)
+	sh := s.shard(k)
+	waited := false
+	var deadline <-chan time.Time
+	for {
+		sh.mu.Lock()
+		if f := sh.inflight[k]; f != nil {
+			sh.mu.Unlock()
+			if s.wait < 0 {
+				return Decision{Verdict: Defer, Reason: "in-flight", Detail: "in-flight"}, nil
+			}
+			if deadline == nil {
+				t := time.NewTimer(s.wait)
+				defer t.Stop()
+				deadline = t.C
+			}
+			waited = true
+			select {
+			case <-f.done:
+				if f.completed {
+					return Decision{Verdict: Reject, Reason: "in-flight", Detail: "in-flight-completed"}, nil
+				}
+				continue // failed: its bit is rolled back; decide again
+			case <-ctx.Done():
+			case <-deadline:
+			}
+			return Decision{Verdict: Defer, Reason: "in-flight", Detail: "in-flight"}, nil
+		}
+		if sh.done.Contains(k) {
+			sh.mu.Unlock()
+			reason := "audit"
+			if waited {
+				reason = "in-flight"
+			}
+			return Decision{Verdict: Reject, Reason: reason, Detail: "completed"}, nil
+		}
+		detail, bit := "untracked", false
+		if s.audit != nil {
+			v, err := s.audit.Check(m.Consumer, m.Destination, m.IdempotencyKey())
+			switch {
+			case err != nil:
+				if !s.durable {
+					sh.mu.Unlock()
+					return Decision{}, fmt.Errorf("%w: %w", ErrBadKey, err)
+				}
+				detail = "unchecked"
+				s.metrics.inc(&s.metrics.AuditBypass)
+			case v == bitsetbin.New:
+				detail, bit = "new", true
+			case v == bitsetbin.Duplicate:
+				if !s.durable {
+					sh.mu.Unlock()
+					return Decision{Verdict: Reject, Reason: "audit", Detail: "duplicate"}, nil
+				}
+				// Seen before, but this table does not know the outcome:
+				// the durable tier decides. The bit is ours to roll back
+				// if this delivery fails.
+				detail, bit = "duplicate-unknown", true
+			default: // TooOld: nothing recorded
+				detail = "too-old"
+				if !s.durable {
+					s.metrics.inc(&s.metrics.TooOldFailOpen)
+					s.log.Warn("receiver: id below the audit window, treated as new (no durable store)",
+						"destination", m.Destination, "key", m.IdempotencyKey())
+				}
+			}
+		}
+		f := &flight{done: make(chan struct{})}
+		sh.inflight[k] = f
+		sh.mu.Unlock()
+		return Decision{Verdict: Accept, Reason: "new", Detail: detail, Settle: func(_ context.Context, st Settlement) error {
+			s.settle(sh, k, f, m, bit, st)
+			return nil
+		}}, nil
+	}
+}
+
+func (s *MemorySelector) settle(sh *memShard, k string, f *flight, m *Message, bit bool, st Settlement) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.inflight[k] != f {
+		return // already settled
+	}
+	delete(sh.inflight, k)
+	if st == Completed {
+		f.completed = true
+		sh.done.Add(k, struct{}{})
+	} else if bit {
+		if err := s.audit.Rollback(m.Consumer, m.Destination, m.IdempotencyKey()); err != nil {
+			s.log.Warn("receiver: audit rollback failed", "destination", m.Destination, "key", m.IdempotencyKey(), "err", err)
+		}
+	}
+	close(f.done)
+}
+
+// Forget rolls back the audit bit of m when this table holds no entry for
+// its key (neither in flight nor completed) and reports whether it did.
+// Transports call it (through Receiver.Forget) for a delivery that will
+// come back without having run; a key known here is left alone, because
+// its bit belongs to a delivery that is running or finished.
+func (s *MemorySelector) Forget(m *Message) bool {
+	if s.audit == nil {
+		return false
+	}
+	k := tableKey(m)
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.inflight[k] != nil || sh.done.Contains(k) {
+		return false
+	}
+	return s.audit.Rollback(m.Consumer, m.Destination, m.IdempotencyKey()) == nil
+}
+
+// State is what the in-memory table knows about a key.
+type State uint8
+
+const (
+	// Unknown: no entry (never seen here, failed and rolled back, or
+	// evicted from the completed LRU).
+	Unknown State = iota
+	// InFlight: a delivery of the key is being processed.
+	InFlight
+	// Done: a delivery of the key completed (kept in a bounded LRU).
+	Done
+)
+
+// String returns "unknown", "in-flight" or "done".
+func (s State) String() string {
+	switch s {
+	case InFlight:
+		return "in-flight"
+	case Done:
+		return "done"
+	}
+	return "unknown"
+}
+
+// State reports what the table knows about m's key (m.Key, or the key
+// Process derived) in m's scope.
+func (s *MemorySelector) State(m *Message) State {
+	k := tableKey(m)
+	sh := s.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	switch {
+	case sh.inflight[k] != nil:
+		return InFlight
+	case sh.done.Contains(k):
+		return Done
+	}
+	return Unknown
+}
+
+// InFlightCount returns the number of deliveries in flight.
+func (s *MemorySelector) InFlightCount() int {
+	n := 0
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		n += len(s.shards[i].inflight)
+		s.shards[i].mu.Unlock()
+	}
+	return n
+}
+
+func orDiscard(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
+}
