@@ -1,0 +1,391 @@
+package audit
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/acemq/msgaudit/bitsetbin"
+	"github.com/acemq/msgaudit/msgid"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// entry is one tracked producer: its window and the audit's check counter
+// at its last check (for telling recent evictions from stale ones).
+type entry struct {
+	bin     bitsetbin.Bin
+	touched uint64
+}
+
+// newEntry returns an entry with an unanchored window of depth d (the ring
+// is allocated by the first Mark).
+func newEntry(d int) *entry {
+	e := new(entry)
+	if err := e.bin.Resize(d); err != nil {
+		// Unreachable: the depth was validated.
+		panic("audit: " + err.Error())
+	}
+	return e
+}
+
+// eviction is an eviction waiting to be reported to Options.OnEvict.
+type eviction struct {
+	key    string
+	recent bool
+}
+
+// counters are Stats without Producers; plain integers, the owner of the
+// Audit serialises access.
+type counters struct {
+	checks     uint64
+	verdicts   [4]uint64 // indexed by Verdict&3
+	malformed  uint64
+	tooLong    uint64
+	evictions  uint64
+	recentEvic uint64
+	rollbacks  uint64
+}
+
+// Audit is the unsynchronized message audit: an LRU of producer keys, each
+// with a sliding window of sequences. It must not be used by several
+// goroutines at once; use Locked or Sharded for that. The zero value is not
+// usable: create one with New.
+type Audit struct {
+	lru *simplelru.LRU[string, *entry]
+	cfg config
+	st  counters
+	// pending holds evictions not yet reported to cfg.onEvict (only
+	// filled when onEvict is set).
+	pending []eviction
+	// spare is the entry of the last evicted producer, reset and reused by
+	// the next insert so a churn of producers does not allocate windows.
+	spare *entry
+	// budget, when not nil, is the producer budget shared by the shards
+	// of a Sharded audit; it replaces the per-audit cap.
+	budget *budget
+}
+
+// New returns an empty unsynchronized audit configured by o.
+func New(o Options) (*Audit, error) {
+	cfg, err := o.config()
+	if err != nil {
+		return nil, err
+	}
+	return newAudit(cfg, nil), nil
+}
+
+func newAudit(cfg config, b *budget) *Audit {
+	size := cfg.maxProducers
+	if b != nil {
+		// A shard's size is governed by the shared budget; simplelru must
+		// never evict on its own.
+		size = MaxProducersLimit
+	}
+	lru, err := simplelru.NewLRU[string, *entry](size, nil)
+	if err != nil {
+		// Unreachable: config guarantees maxProducers >= 1.
+		panic("audit: " + err.Error())
+	}
+	return &Audit{lru: lru, cfg: cfg, budget: b}
+}
+
+// Check records id ("<producer key>:<sequence>", see msgid.Split) and
+// returns FirstSeen the first time, Duplicate when it was recorded before and not
+// rolled back, and TooOld when its sequence lies below the producer's window
+// (nothing recorded). An id longer than MaxIDLength returns an error
+// wrapping msgid.ErrTooLong, a malformed id one wrapping msgid.ErrMalformed;
+// either is counted, creates no producer entry and comes with TooOld ("the
+// audit cannot tell"). Checking a tracked producer allocates nothing; a new
+// producer may evict the least recently used one.
+func (a *Audit) Check(id string) (Verdict, error) {
+	key, seq, err := a.split(id)
+	if err != nil {
+		return TooOld, err
+	}
+	return a.CheckKey(key, seq), nil
+}
+
+// split parses id, counting a rejection as a check.
+func (a *Audit) split(id string) (string, uint64, error) {
+	key, seq, err := msgid.SplitLimit(id, a.cfg.maxIDLength)
+	if err != nil {
+		a.st.checks++
+		a.countReject(err)
+	}
+	return key, seq, err
+}
+
+func (a *Audit) countReject(err error) {
+	if isTooLong(err) {
+		a.st.tooLong++
+	} else {
+		a.st.malformed++
+	}
+}
+
+// CheckKey is Check for an id already split into producer key and
+// sequence. An empty key (counted Malformed) or one longer than MaxIDLength
+// (counted TooLong) records nothing and returns TooOld.
+func (a *Audit) CheckKey(key string, seq uint64) Verdict {
+	v, _ := a.checkKey(key, seq)
+	if len(a.pending) != 0 {
+		a.flush()
+	}
+	return v
+}
+
+// IsDuplicate is ActiveMQ's isDuplicate(String): it records id like Check
+// and reports whether the verdict is Duplicate. Malformed, too long and
+// too old ids are not duplicates.
+func (a *Audit) IsDuplicate(id string) bool {
+	v, err := a.Check(id)
+	return err == nil && v == Duplicate
+}
+
+// checkKey is the hot path shared by all audit types. ok is false only in
+// a shard of a Sharded audit whose budget is exhausted and that has no
+// producer of its own to evict; the check is then not counted and the
+// caller must obtain a slot and call checkKeyToken.
+func (a *Audit) checkKey(key string, seq uint64) (v Verdict, ok bool) {
+	a.st.checks++
+	if e, found := a.lru.Get(key); found {
+		e.touched = a.st.checks
+		v = e.bin.Mark(seq)
+		a.st.verdicts[v&3]++
+		return v, true
+	}
+	return a.checkMiss(key, seq, false)
+}
+
+// checkKeyToken is checkKey for a caller holding a budget slot obtained
+// outside the lock (Sharded). It reports whether the slot was used.
+func (a *Audit) checkKeyToken(key string, seq uint64) (v Verdict, used bool) {
+	a.st.checks++
+	if e, found := a.lru.Get(key); found {
+		e.touched = a.st.checks
+		v = e.bin.Mark(seq)
+		a.st.verdicts[v&3]++
+		return v, false
+	}
+	if key == "" || len(key) > a.cfg.maxIDLength {
+		v, _ = a.checkMiss(key, seq, true) // counts the rejection
+		return v, false
+	}
+	v, _ = a.checkMiss(key, seq, true)
+	return v, true
+}
+
+func (a *Audit) checkMiss(key string, seq uint64, token bool) (Verdict, bool) {
+	if key == "" {
+		a.st.malformed++
+		return TooOld, true
+	}
+	if len(key) > a.cfg.maxIDLength {
+		a.st.tooLong++
+		return TooOld, true
+	}
+	e := a.insert(key, token)
+	if e == nil {
+		a.st.checks--
+		return TooOld, false
+	}
+	e.touched = a.st.checks
+	v := e.bin.Mark(seq)
+	a.st.verdicts[v&3]++
+	return v, true
+}
+
+// insert adds a producer, evicting the least recently used one when the
+// cap (or the shared budget) is reached. It returns nil when a shard has
+// no budget and nothing of its own to evict.
+func (a *Audit) insert(key string, token bool) *entry {
+	switch {
+	case token:
+	case a.budget == nil:
+		if a.lru.Len() >= a.cfg.maxProducers {
+			a.evictOldest()
+		}
+	case !a.budget.take():
+		if a.lru.Len() == 0 {
+			return nil
+		}
+		a.evictOldest() // its slot passes to the new producer
+	}
+	e := a.spare
+	a.spare = nil
+	if e == nil {
+		e = newEntry(a.cfg.depth)
+	} else {
+		e.bin.Reset()
+	}
+	// key is usually a substring of the caller's id: clone it so the audit
+	// does not pin the caller's buffer.
+	a.lru.Add(strings.Clone(key), e)
+	return e
+}
+
+// evictOldest drops the least recently used producer and keeps its entry
+// as the spare. It does not touch the budget.
+func (a *Audit) evictOldest() {
+	key, e, ok := a.lru.RemoveOldest()
+	if !ok {
+		return
+	}
+	recent := a.st.checks-e.touched < uint64(a.cfg.depth)
+	a.st.evictions++
+	if recent {
+		a.st.recentEvic++
+	}
+	if a.cfg.onEvict != nil {
+		a.pending = append(a.pending, eviction{key: key, recent: recent})
+	}
+	a.spare = e
+}
+
+// takePending returns the evictions waiting to be reported and forgets them.
+func (a *Audit) takePending() []eviction {
+	p := a.pending
+	a.pending = nil
+	return p
+}
+
+// flush reports pending evictions (unsynchronized Audit only).
+func (a *Audit) flush() {
+	report(a.cfg.onEvict, a.takePending())
+}
+
+func report(f func(string, bool), evs []eviction) {
+	for _, e := range evs {
+		f(e.key, e.recent)
+	}
+}
+
+// Rollback clears id's bit so that its redelivery is FirstSeen again. A producer
+// that is not tracked, or a sequence outside the window, is a no-op that
+// creates nothing. A malformed or too long id is an error (and counted).
+func (a *Audit) Rollback(id string) error {
+	key, seq, err := msgid.SplitLimit(id, a.cfg.maxIDLength)
+	if err != nil {
+		a.countReject(err)
+		return err
+	}
+	a.RollbackKey(key, seq)
+	return nil
+}
+
+// RollbackKey is Rollback for an id already split into key and sequence.
+// It refreshes the producer's recency, as ActiveMQ does.
+func (a *Audit) RollbackKey(key string, seq uint64) {
+	if e, ok := a.lru.Get(key); ok && e.bin.Unmark(seq) {
+		a.st.rollbacks++
+	}
+}
+
+// IsInOrder reports whether id's sequence is the successor of the previous
+// IsInOrder sequence of its producer (ActiveMQ's isInOrder: the first call
+// for a producer is true; it records the sequence; it ignores the window's
+// bits). A producer that is not tracked gives true and is not created.
+func (a *Audit) IsInOrder(id string) (bool, error) {
+	key, seq, err := msgid.SplitLimit(id, a.cfg.maxIDLength)
+	if err != nil {
+		a.countReject(err)
+		return false, err
+	}
+	e, ok := a.lru.Get(key)
+	if !ok {
+		return true, nil
+	}
+	return e.bin.IsInOrder(seq), nil
+}
+
+// LastSeq returns the highest sequence currently recorded for key, or
+// false when the producer is not tracked or has nothing recorded. It is a
+// pure read: it does not refresh the producer's recency.
+func (a *Audit) LastSeq(key string) (uint64, bool) {
+	e, ok := a.lru.Peek(key)
+	if !ok {
+		return 0, false
+	}
+	return e.bin.LastSetIndex()
+}
+
+// Clear forgets every producer. The counters are kept.
+func (a *Audit) Clear() {
+	a.lru.Purge()
+	a.spare = nil
+}
+
+// Len returns the number of producers tracked.
+func (a *Audit) Len() int { return a.lru.Len() }
+
+// Depth returns the configured window depth.
+func (a *Audit) Depth() int { return a.cfg.depth }
+
+// MaxProducers returns the producer cap.
+func (a *Audit) MaxProducers() int { return a.cfg.maxProducers }
+
+// SetDepth changes the window depth of every tracked producer and of those
+// created later, keeping every recorded sequence that is still inside the
+// new window (growing keeps them all). 0 means DefaultDepth.
+func (a *Audit) SetDepth(d int) error {
+	d, err := checkDepth(d)
+	if err != nil {
+		return err
+	}
+	if err := a.setDepth(d); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (a *Audit) setDepth(d int) error {
+	for _, e := range a.lru.Values() {
+		if err := e.bin.Resize(d); err != nil {
+			return fmt.Errorf("audit: resize window: %w", err)
+		}
+	}
+	a.cfg.depth = d
+	a.spare = nil
+	return nil
+}
+
+// SetMaxProducers changes the producer cap without clearing. Shrinking
+// evicts the least recently used producers beyond n (counted as evictions
+// and reported to OnEvict), keeping the n most recently used (AMQ-4233);
+// growing keeps every producer. 0 means DefaultMaxProducers.
+func (a *Audit) SetMaxProducers(n int) error {
+	n, err := checkMaxProducers(n)
+	if err != nil {
+		return err
+	}
+	a.setMaxProducers(n)
+	if len(a.pending) != 0 {
+		a.flush()
+	}
+	return nil
+}
+
+func (a *Audit) setMaxProducers(n int) {
+	for a.lru.Len() > n {
+		a.evictOldest()
+	}
+	if a.budget == nil {
+		a.lru.Resize(n)
+	}
+	a.cfg.maxProducers = n
+}
+
+// Stats returns the counters and the number of producers tracked.
+func (a *Audit) Stats() Stats {
+	return Stats{
+		Checks:          a.st.checks,
+		New:             a.st.verdicts[FirstSeen],
+		Duplicates:      a.st.verdicts[Duplicate],
+		TooOld:          a.st.verdicts[TooOld],
+		Malformed:       a.st.malformed,
+		TooLong:         a.st.tooLong,
+		Evictions:       a.st.evictions,
+		RecentEvictions: a.st.recentEvic,
+		Rollbacks:       a.st.rollbacks,
+		Producers:       a.lru.Len(),
+	}
+}

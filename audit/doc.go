@@ -1,0 +1,53 @@
+// Package audit is msgaudit's message audit: ActiveMQ Classic's client-side
+// duplicate detection (ActiveMQMessageAudit, see
+// shared/reference/activemq-audit.md §2) without its holes. It keeps an LRU
+// of producer keys (golang-lru's simplelru), each with a sliding window of
+// sequence numbers (bitsetbin.Bin). An id is "<producer key>:<sequence>"
+// (msgid.Split); checking it returns FirstSeen, Duplicate or TooOld in O(1),
+// and allocates nothing for a producer already tracked.
+//
+// # Concurrency
+//
+// Three types share one method set:
+//
+//   - Audit is unsynchronized: one goroutine at a time (like simplelru.LRU
+//     and bitset.BitSet). Its counters are plain integers.
+//   - Locked wraps an Audit in one sync.Mutex; every method, reads included,
+//     holds it (ActiveMQ leaves rollback(String), getLastSeqId and clear
+//     unlocked).
+//   - Sharded hashes producers over independently locked shards so checks
+//     of different producers run in parallel; see Sharded for how its LRU
+//     order differs.
+//
+// Locked and Sharded call Options.OnEvict after releasing their locks (the
+// evictions are buffered under the lock, as golang-lru does); Audit calls it
+// before the method returns. Stats of Locked and Sharded is a consistent
+// snapshot.
+//
+// # Differences from ActiveMQ
+//
+//   - Malformed ids (no colon, empty key or sequence, signs, spaces, leading
+//     zeros, overflow; row A5, A6) and ids longer than MaxIDLength are errors,
+//     counted, and create no producer entry, so garbage cannot evict real
+//     producers.
+//   - TooOld is its own verdict; IsDuplicate reports only Duplicate as true,
+//     which fails open like ActiveMQ.
+//   - Rollback never creates a producer and never slides a window (row 21);
+//     LastSeq is the true highest recorded sequence and a pure read.
+//   - SetDepth resizes the windows of existing producers without clearing
+//     them (row A14 fixed); SetMaxProducers keeps the most recently used
+//     producers when shrinking (AMQ-4233).
+//   - MaxProducers 0 means the default (64), not "track nothing" (row A9).
+//   - Evictions are counted, and evictions of recently active producers
+//     separately (RecentEvictions), so a producer-key flood is visible.
+//   - MarshalBinary/UnmarshalBinary snapshot the whole audit (producers in
+//     LRU order with their windows) in a versioned, checksummed format; a
+//     corrupt snapshot is an error wrapping ErrCorrupt and changes nothing.
+//
+// # Deviation from the API contract
+//
+// The contract names both the constructor New and the verdict constant New;
+// one package cannot declare both. The constructor keeps the name New (like
+// NewLocked and NewSharded) and the verdict is FirstSeen, the same value as
+// bitsetbin.New. Stats.New counts it.
+package audit

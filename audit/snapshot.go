@@ -1,0 +1,222 @@
+package audit
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/acemq/msgaudit/bitsetbin"
+)
+
+// Snapshot format, version 1 (all integers unsigned; uvarint = encoding/binary
+// Uvarint):
+//
+//	magic    "MSGA"
+//	version  1 byte = 1
+//	depth    uvarint   configured window depth
+//	cap      uvarint   producer cap
+//	count    uvarint   number of producers, <= cap
+//	count times, least recently used first:
+//	  keyLen uvarint, key [keyLen]byte
+//	  window  bitsetbin's encoding (it knows its own length)
+//	crc      uint32 little endian, CRC-32C of everything before it
+//
+// A window costs about depth/8 bytes plus its header. The counters (Stats)
+// and the configuration that is not state (MaxIDLength, OnEvict) are not
+// part of a snapshot.
+const (
+	snapMagic   = "MSGA"
+	snapVersion = 1
+	// minRecord is the smallest encoding of one producer: a one-byte key
+	// length, a one-byte key and a three-byte unanchored window.
+	minRecord = 1 + 1 + 3
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func appendHeader(dst []byte, depth, maxProducers, count int) []byte {
+	dst = append(dst, snapMagic...)
+	dst = append(dst, snapVersion)
+	dst = binary.AppendUvarint(dst, uint64(depth))
+	dst = binary.AppendUvarint(dst, uint64(maxProducers))
+	return binary.AppendUvarint(dst, uint64(count))
+}
+
+// appendProducers appends the producers of a, least recently used first.
+func (a *Audit) appendProducers(dst []byte) ([]byte, error) {
+	for _, key := range a.lru.Keys() {
+		e, _ := a.lru.Peek(key)
+		dst = binary.AppendUvarint(dst, uint64(len(key)))
+		dst = append(dst, key...)
+		var err error
+		if dst, err = e.bin.AppendBinary(dst); err != nil {
+			return nil, fmt.Errorf("audit: encode window of %q: %w", truncKey(key), err)
+		}
+	}
+	return dst, nil
+}
+
+func appendCRC(dst []byte) []byte {
+	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst, castagnoli))
+}
+
+// MarshalBinary encodes the audit's configuration (depth, cap) and every
+// producer with its window, least recently used first, in the versioned
+// format described in the package documentation.
+func (a *Audit) MarshalBinary() ([]byte, error) {
+	dst := make([]byte, 0, 16+a.lru.Len()*(64+a.cfg.depth/8))
+	dst = appendHeader(dst, a.cfg.depth, a.cfg.maxProducers, a.lru.Len())
+	dst, err := a.appendProducers(dst)
+	if err != nil {
+		return nil, err
+	}
+	return appendCRC(dst), nil
+}
+
+// UnmarshalBinary replaces the audit's producers, depth and cap with those
+// of a snapshot made by MarshalBinary (of any of the audit types). Every
+// count and length is checked against the bytes present before anything is
+// allocated for it; on any error, which wraps ErrCorrupt, the audit is left
+// unchanged. The counters and MaxIDLength are kept; restored producers count
+// as not recently touched only after Depth further checks.
+func (a *Audit) UnmarshalBinary(data []byte) error {
+	fresh, err := decode(data, a.cfg, nil)
+	if err != nil {
+		return err
+	}
+	a.swap(fresh)
+	return nil
+}
+
+// swap takes over the producers and settings of fresh (a decoded audit).
+func (a *Audit) swap(fresh *Audit) {
+	a.lru = fresh.lru
+	a.cfg.depth = fresh.cfg.depth
+	a.cfg.maxProducers = fresh.cfg.maxProducers
+	a.spare = nil
+}
+
+// reader is a bounds-checked cursor over a snapshot.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+	}
+}
+
+func (r *reader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad %s", what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes(n uint64, what string) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.fail("%s of %d bytes, only %d left", what, n, len(r.b))
+		return nil
+	}
+	p := r.b[:n]
+	r.b = r.b[n:]
+	return p
+}
+
+// window decodes one window from the front of the remaining bytes into e.
+func (r *reader) window(e *entry) {
+	if r.err != nil {
+		return
+	}
+	n, err := e.bin.DecodeFrom(r.b)
+	if err != nil {
+		r.err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return
+	}
+	r.b = r.b[n:]
+}
+
+// decode parses a snapshot into a new audit with base's MaxIDLength and
+// OnEvict, and the snapshot's depth and cap. b is the budget of the new
+// audit (nil for a standalone one).
+func decode(data []byte, base config, b *budget) (*Audit, error) {
+	const minLen = len(snapMagic) + 1 + 3 + 4
+	if len(data) < minLen {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than a header", ErrCorrupt, len(data))
+	}
+	if string(data[:len(snapMagic)]) != snapMagic {
+		return nil, fmt.Errorf("%w: bad magic", ErrCorrupt)
+	}
+	if v := data[len(snapMagic)]; v != snapVersion {
+		return nil, fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
+	}
+	body := data[:len(data)-4]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[len(body):]) {
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	r := reader{b: body[len(snapMagic)+1:]}
+	depth := r.uvarint("depth")
+	maxProducers := r.uvarint("producer cap")
+	count := r.uvarint("producer count")
+	switch {
+	case r.err != nil:
+		return nil, r.err
+	case depth < 1 || depth > bitsetbin.MaxDepth:
+		return nil, fmt.Errorf("%w: depth %d out of range", ErrCorrupt, depth)
+	case maxProducers < 1 || maxProducers > MaxProducersLimit:
+		return nil, fmt.Errorf("%w: producer cap %d out of range", ErrCorrupt, maxProducers)
+	case count > maxProducers:
+		return nil, fmt.Errorf("%w: %d producers above the cap %d", ErrCorrupt, count, maxProducers)
+	case count > uint64(len(r.b)/minRecord):
+		return nil, fmt.Errorf("%w: %d producers in %d bytes", ErrCorrupt, count, len(r.b))
+	}
+	cfg := base
+	cfg.depth = int(depth)
+	cfg.maxProducers = int(maxProducers)
+	a := newAudit(cfg, b)
+	want := newEntry(cfg.depth).bin.Depth() // guaranteed depth of every window
+	for i := uint64(0); i < count; i++ {
+		keyLen := r.uvarint("key length")
+		if r.err == nil && (keyLen == 0 || keyLen > uint64(cfg.maxIDLength)) {
+			r.fail("producer %d: key length %d out of range", i, keyLen)
+		}
+		key := r.bytes(keyLen, "key")
+		if r.err != nil {
+			return nil, r.err
+		}
+		if a.lru.Contains(string(key)) { // no allocation for the lookup
+			return nil, fmt.Errorf("%w: producer %q twice", ErrCorrupt, truncKey(string(key)))
+		}
+		e := new(entry)
+		r.window(e)
+		if r.err != nil {
+			return nil, r.err
+		}
+		if e.bin.Depth() != want {
+			return nil, fmt.Errorf("%w: producer %q: window depth %d, snapshot depth %d", ErrCorrupt, truncKey(string(key)), e.bin.Depth(), want)
+		}
+		a.lru.Add(string(key), e)
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
+	}
+	return a, nil
+}
+
+func truncKey(k string) string {
+	if len(k) > 64 {
+		return k[:64] + "..."
+	}
+	return k
+}
