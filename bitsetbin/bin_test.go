@@ -85,11 +85,11 @@ func run(t *testing.T, b *bitsetbin.Bin, steps []step) {
 	}
 }
 
-func newBin(t testing.TB, depth int) *bitsetbin.Bin {
+func newBin(t fataler, depth int) *bitsetbin.Bin {
 	t.Helper()
 	b, err := bitsetbin.NewBin(depth)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("NewBin(%d): %v", depth, err)
 	}
 	return b
 }
