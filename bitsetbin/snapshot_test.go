@@ -212,13 +212,13 @@ func TestSnapshotCorrupt(t *testing.T) {
 		{"depthZero", new(enc).b(1, 0).u(0).p},
 		{"depthTooBig", new(enc).b(1, 0).u(bitsetbin.MaxDepth/64 + 1).p},
 		{"depthOverlongVarint", new(enc).b(1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01).p},
-		{"hiBelowWindow", ok().u(10*64 - 1).words(2, zeroWords).p},
-		{"hiAboveWindow", ok().u(12 * 64).words(2, zeroWords).p},
-		{"loAboveHi", new(enc).b(1, 1).u(1).u(10).u(1).u(10 * 64).words(2, zeroWords).p},
-		{"loPastRing", new(enc).b(1, 1).u(1).u(10).u(2).u(11 * 64).words(2, zeroWords).p},
+		{"hiBelowWindow", ok().u(10*64-1).words(2, zeroWords).p},
+		{"hiAboveWindow", ok().u(12*64).words(2, zeroWords).p},
+		{"loAboveHi", new(enc).b(1, 1).u(1).u(10).u(1).u(10*64).words(2, zeroWords).p},
+		{"loPastRing", new(enc).b(1, 1).u(1).u(10).u(2).u(11*64).words(2, zeroWords).p},
 		{"bitsBelowLo", new(enc).b(1, 1).u(1).u(10).u(1).u(11 * 64).w(1).w(0).p},
-		{"bitAboveHi", ok().u(10 * 64).words(2, func(i int) uint64 { return uint64(i) }).p},
-		{"baseOverflows", new(enc).b(1, 1).u(1).u(math.MaxUint64 >> 6).u(0).u(math.MaxUint64).words(2, zeroWords).p},
+		{"bitAboveHi", ok().u(10*64).words(2, func(i int) uint64 { return uint64(i) }).p},
+		{"baseOverflows", new(enc).b(1, 1).u(1).u(math.MaxUint64>>6).u(0).u(math.MaxUint64).words(2, zeroWords).p},
 		{"wordsMissing", ok().u(10 * 64).w(0).p},
 		{"hugeDepthFewBytes", new(enc).b(1, 1).u(bitsetbin.MaxDepth / 64).u(0).u(0).u(0).w(1).p},
 		{"lastTruncated", new(enc).b(1, 2).u(1).b(0x80).p},
@@ -231,7 +231,7 @@ func TestSnapshotCorrupt(t *testing.T) {
 	}
 	// The well-formed variant decodes.
 	var b bitsetbin.Bin
-	if err := b.UnmarshalBinary(ok().u(10*64 + 5).words(2, func(i int) uint64 { return uint64(1-i) << 5 }).p); err != nil {
+	if err := b.UnmarshalBinary(ok().u(10*64+5).words(2, func(i int) uint64 { return uint64(1-i) << 5 }).p); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := b.LastSetIndex(); l != 10*64+5 {
@@ -251,7 +251,7 @@ func allocatedBytes(f func()) uint64 {
 // TestDecodeAllocationBound: a short input declaring the largest depth
 // allocates next to nothing; a real snapshot allocates about its own size.
 func TestDecodeAllocationBound(t *testing.T) {
-	short := new(enc).b(1, 1).u(bitsetbin.MaxDepth / 64).u(0).u(0).u(0).words(100, zeroWords).p
+	short := new(enc).b(1, 1).u(bitsetbin.MaxDepth/64).u(0).u(0).u(0).words(100, zeroWords).p
 	var b bitsetbin.Bin
 	if n := allocatedBytes(func() { _ = b.UnmarshalBinary(short) }); n > 1024 {
 		t.Fatalf("decoding %d bytes allocated %d", len(short), n)
