@@ -21,6 +21,19 @@
 // Malformed input is an error, never a panic and never a guess. Split
 // allocates nothing on success: the key is a substring of the id.
 //
+// # Generating ids
+//
+// A Generator is built once per process from GeneratorOptions (host, port,
+// clock, instance) and hands out Producers with keys
+// "ID:<host>-<port>-<millis>-<instance>:<n>", n counting from 1; a
+// Producer's Next returns "<key>:<seq>", seq counting from 1 — the shape of
+// ActiveMQ's IdGenerator output ("ID:vm-39169-1796041243133-0:1"). ActiveMQ
+// numbers generator instances with a JVM-wide counter; this package has no
+// globals, so the instance number is an option (default 0).
+//
+// Beyond the API contract this package adds SplitLimit, Truncate,
+// SanitizeHost, Producer.AppendNext and GeneratorOptions.Instance.
+//
 // # Concurrency
 //
 // Split, Parse and the ID methods are pure functions. A Generator and the
