@@ -1,0 +1,506 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultPostgresTable is the table of a PostgreSQL store opened by URL
+// without a msgaudit_table query parameter.
+const DefaultPostgresTable = "msgaudit_idempotency"
+
+// DefaultPurgeBatch is the batch size Purge uses when given batch <= 0.
+const DefaultPurgeBatch = 1000
+
+// postgresTableParam is the query parameter of a postgres:// URL that names
+// the table. It is removed before the URL reaches pgx, which would send an
+// unknown parameter to the server as a run-time setting and fail.
+const postgresTableParam = "msgaudit_table"
+
+// postgresIndexSuffix names the expires_at index: table name + suffix.
+const postgresIndexSuffix = "_expires_at_idx"
+
+// postgresTableRE accepts a table name, optionally schema-qualified: plain
+// identifiers only, so a name never needs more than quoting. The table part
+// is at most 48 bytes so that it plus postgresIndexSuffix fits PostgreSQL's
+// 63-byte identifier limit.
+var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z_][A-Za-z0-9_]{0,47})$`)
+
+// Postgres is a Store on one PostgreSQL table through pgx v5 (pgxpool):
+//
+//	key        text PRIMARY KEY   -- Key.StorageKey(MaxKeyLength)
+//	state      text NOT NULL      -- 'claimed' or 'confirmed'
+//	owner      text               -- the claim's owner token; NULL once confirmed
+//	expires_at timestamptz NOT NULL -- end of the lease or of the retention
+//	updated_at timestamptz NOT NULL DEFAULT now()
+//
+// plus an index on expires_at for Purge. Migrate creates both.
+//
+// The server keeps time: every expiry is computed and compared with now()
+// on the server, so clients with skewed clocks agree, and the Options clock
+// is not used. A row whose expires_at has passed is free: the next claim
+// takes it over in place, and Purge deletes it.
+//
+// Round trips: every operation is one SQL statement, so one round trip on a
+// connection that has already prepared it (pgx's default statement cache
+// prepares each statement once per connection, which costs one extra round
+// trip the first time).
+//
+// A Postgres is safe for concurrent use. It owns its pool only when it was
+// opened by URL (OpenPostgresURL, Open); a store made with OpenPostgres
+// leaves the pool to its caller, and Close does not close it.
+type Postgres struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	closed   atomic.Bool
+	o        Options
+	claimUS  int64
+	retainUS int64
+
+	table string // quoted, possibly schema-qualified
+	index string // quoted, unqualified
+
+	sqlClaim, sqlTryClaim, sqlConfirm, sqlRelease, sqlRenew, sqlIsConfirmed, sqlPurge string
+}
+
+// OpenPostgres returns a store on table in pool. table is a plain identifier
+// (letters, digits, '_'; at most 48 bytes), optionally qualified by a schema
+// ("audit.idempotency"); it is quoted, so it is case-sensitive. OpenPostgres
+// does no I/O: call Migrate once to create the table. The caller keeps
+// ownership of pool: Close leaves it open.
+func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, table string, o Options) (*Postgres, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		return nil, errors.New("idempotency: OpenPostgres: nil pool")
+	}
+	o, err := o.normalize()
+	if err != nil {
+		return nil, err
+	}
+	m := postgresTableRE.FindStringSubmatch(table)
+	if m == nil {
+		return nil, fmt.Errorf("idempotency: invalid PostgreSQL table name %q (want [schema.]name of letters, digits and '_', name at most 48 bytes)", table)
+	}
+	ident := pgx.Identifier{m[2]}
+	if m[1] != "" {
+		ident = pgx.Identifier{m[1], m[2]}
+	}
+	p := &Postgres{
+		pool:     pool,
+		o:        o,
+		claimUS:  durationUS(o.ClaimTTL),
+		retainUS: durationUS(o.Retention),
+		table:    ident.Sanitize(),
+		index:    pgx.Identifier{m[2] + postgresIndexSuffix}.Sanitize(),
+	}
+	p.buildSQL()
+	return p, nil
+}
+
+// buildSQL writes the statements once; only the table name is spliced in,
+// and it is a validated, quoted identifier. Every other value is a
+// parameter. $3 is always a duration in microseconds.
+func (p *Postgres) buildSQL() {
+	t := p.table
+	// upsert takes the key when it is new or its row expired, in one
+	// statement. ON CONFLICT ... DO UPDATE ... WHERE locks the newest
+	// committed row version and evaluates WHERE on it, so of two callers
+	// racing for an expired (or new) key exactly one writes; the other's
+	// upsert returns no row. No unique-violation error can abort a
+	// surrounding transaction (the trap of insert-then-catch repositories).
+	upsert := `INSERT INTO ` + t + ` AS cur (key, state, owner, expires_at, updated_at)
+VALUES ($1, 'claimed', $2, now() + $3::bigint * interval '1 microsecond', now())
+ON CONFLICT (key) DO UPDATE
+SET state = 'claimed', owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at
+WHERE cur.expires_at <= now()
+RETURNING cur.expires_at`
+	p.sqlClaim = upsert
+
+	// TryClaim: when the upsert wrote nothing, report the row the
+	// statement's snapshot sees. Why every answer is safe:
+	//   - 'claimed' comes only from the upsert, which did write our claim.
+	//   - 'confirmed' needs a confirmed row that is still retained at now();
+	//     nobody changes such a row before its retention ends (Purge and
+	//     takeovers touch only expired rows), so the work is finished.
+	//   - Everything else is 'in-progress'. That includes the snapshot
+	//     showing an expired row, or no row at all: the upsert waited for a
+	//     concurrent transaction that inserted or took the key over after
+	//     our snapshot was taken, found its live claim and did nothing, and
+	//     the fallback cannot see that newer row. In-progress costs the
+	//     caller one retry, never a message.
+	// If even the fallback returns no row, TryClaim answers InProgress for
+	// the same reason.
+	p.sqlTryClaim = `WITH ins AS (
+` + upsert + `
+)
+SELECT 'claimed', expires_at FROM ins
+UNION ALL
+SELECT CASE WHEN old.state = 'confirmed' AND old.expires_at > now() THEN 'confirmed' ELSE 'in-progress' END, old.expires_at
+FROM ` + t + ` AS old
+WHERE old.key = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
+
+	p.sqlConfirm = `UPDATE ` + t + `
+SET state = 'confirmed', owner = NULL, expires_at = now() + $3::bigint * interval '1 microsecond', updated_at = now()
+WHERE key = $1 AND owner = $2 AND state = 'claimed' AND expires_at > now()`
+
+	p.sqlRelease = `DELETE FROM ` + t + `
+WHERE key = $1 AND owner = $2 AND state = 'claimed' AND expires_at > now()`
+
+	p.sqlRenew = `UPDATE ` + t + `
+SET expires_at = now() + $3::bigint * interval '1 microsecond', updated_at = now()
+WHERE key = $1 AND owner = $2 AND state = 'claimed' AND expires_at > now()
+RETURNING expires_at`
+
+	p.sqlIsConfirmed = `SELECT EXISTS (SELECT 1 FROM ` + t + `
+WHERE key = $1 AND state = 'confirmed' AND expires_at > now())`
+
+	// Purge: one bounded batch. The subquery walks the expires_at index
+	// oldest first and locks at most $1 expired rows, skipping rows another
+	// transaction holds (a takeover in progress, a concurrent purge), so
+	// purges never wait on or deadlock with claimers or each other. Locked
+	// rows are re-checked against the WHERE clause in their newest version,
+	// so a row taken over meanwhile is not deleted; the outer expires_at
+	// test says the same once more.
+	p.sqlPurge = `DELETE FROM ` + t + `
+WHERE key IN (
+  SELECT key FROM ` + t + `
+  WHERE expires_at <= now()
+  ORDER BY expires_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+) AND expires_at <= now()`
+}
+
+// Migrate creates the table and its expires_at index if they do not exist.
+// It is idempotent and safe to run from several processes at once: it runs
+// in one transaction under a transaction-scoped advisory lock, because two
+// concurrent CREATE TABLE IF NOT EXISTS can otherwise both try to create the
+// table and one fails.
+func (p *Postgres) Migrate(ctx context.Context) error {
+	if err := p.begin(ctx); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('msgaudit idempotency migrate'))`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+p.table+` (
+  key        text PRIMARY KEY,
+  state      text NOT NULL CHECK (state IN ('claimed', 'confirmed')),
+  owner      text,
+  expires_at timestamptz NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE INDEX IF NOT EXISTS `+p.index+` ON `+p.table+` (expires_at)`)
+		return err
+	})
+	if err != nil {
+		return p.opError(ctx, "migrate", err)
+	}
+	return nil
+}
+
+// OpenPostgresURL connects to the PostgreSQL server named by rawURL, runs
+// Migrate and returns a store that owns its pool (Close closes it).
+//
+// rawURL is a pgx connection URL (postgres:// or postgresql://). pgx's own
+// parsing handles everything else in it: user and password, several hosts,
+// sslmode (disable, prefer, require, verify-ca, verify-full), sslrootcert,
+// sslcert, sslkey, sslpassword, connect_timeout, pool_max_conns and the
+// other pgxpool settings, and PG* environment variables for what the URL
+// leaves out. The query parameter msgaudit_table names the table (default
+// DefaultPostgresTable) and is removed before pgx sees the URL. For a TLS
+// configuration a URL cannot express, build the pool with pgxpool.ParseConfig
+// and NewWithConfig and call OpenPostgres.
+//
+// Errors name the URL with its password redacted; the password never
+// appears in them.
+func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	red := RedactURL(rawURL)
+	clean, table, found, err := cutQueryParam(rawURL, postgresTableParam)
+	if err != nil {
+		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, err), rawURL)
+	}
+	if !found {
+		table = DefaultPostgresTable
+	}
+	cfg, err := pgxpool.ParseConfig(clean)
+	if err != nil {
+		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, unwrapURLError(err)), rawURL)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, redactError(fmt.Errorf("idempotency: postgres %s: %w", red, err), rawURL)
+	}
+	p, err := OpenPostgres(ctx, pool, table, o)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	p.ownsPool = true
+	if err := p.Migrate(ctx); err != nil {
+		pool.Close()
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return nil, ctxErr
+		}
+		return nil, redactError(fmt.Errorf("idempotency: postgres %s: %w", red, err), rawURL)
+	}
+	return p, nil
+}
+
+// openPostgresURL is Open's entry for postgres:// and postgresql:// URLs.
+func openPostgresURL(ctx context.Context, rawURL string, o Options) (Store, error) {
+	p, err := OpenPostgresURL(ctx, rawURL, o)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Claim takes the key with one upsert: inserted when new, taken over in
+// place when the old claim or confirmation expired. ok is false when the
+// key holds a live claim or a retained confirmation.
+func (p *Postgres) Claim(ctx context.Context, key Key) (Claim, bool, error) {
+	if err := p.begin(ctx); err != nil {
+		return Claim{}, false, err
+	}
+	sk, err := p.storageKey(key)
+	if err != nil {
+		return Claim{}, false, err
+	}
+	token := NewToken()
+	var expires time.Time
+	err = p.pool.QueryRow(ctx, p.sqlClaim, sk, token, p.claimUS).Scan(&expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Claim{}, false, nil
+	}
+	if err != nil {
+		return Claim{}, false, p.opError(ctx, "claim", err)
+	}
+	return Claim{Key: key, Token: token, Expires: expires}, true, nil
+}
+
+// TryClaim claims key, or tells a confirmed key from a claimed one, in one
+// statement (see the comment on the SQL in buildSQL for why each answer is
+// safe under concurrency).
+func (p *Postgres) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) {
+	if err := p.begin(ctx); err != nil {
+		return 0, Claim{}, err
+	}
+	sk, err := p.storageKey(key)
+	if err != nil {
+		return 0, Claim{}, err
+	}
+	token := NewToken()
+	var (
+		outcome string
+		expires *time.Time
+	)
+	err = p.pool.QueryRow(ctx, p.sqlTryClaim, sk, token, p.claimUS).Scan(&outcome, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The upsert found a row committed after this statement's
+		// snapshot: someone else's live claim.
+		return InProgress, Claim{}, nil
+	}
+	if err != nil {
+		return 0, Claim{}, p.opError(ctx, "try-claim", err)
+	}
+	switch outcome {
+	case "claimed":
+		if expires == nil {
+			return 0, Claim{}, errors.New("idempotency: postgres try-claim: claimed without expiry")
+		}
+		return Claimed, Claim{Key: key, Token: token, Expires: *expires}, nil
+	case "confirmed":
+		return AlreadyConfirmed, Claim{}, nil
+	case "in-progress":
+		return InProgress, Claim{}, nil
+	}
+	return 0, Claim{}, fmt.Errorf("idempotency: postgres try-claim: unexpected outcome %q", outcome)
+}
+
+// Confirm turns the caller's live claim into a confirmation retained for the
+// retention period. ErrClaimLost when the row no longer holds the caller's
+// live claim; nothing is changed then.
+func (p *Postgres) Confirm(ctx context.Context, c Claim) error {
+	sk, err := p.ownerCheck(ctx, c)
+	if err != nil {
+		return err
+	}
+	tag, err := p.pool.Exec(ctx, p.sqlConfirm, sk, c.Token, p.retainUS)
+	if err != nil {
+		return p.opError(ctx, "confirm", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return ErrClaimLost
+	}
+	return nil
+}
+
+// Release deletes the caller's live claim. ErrClaimLost when the row no
+// longer holds it (expired, taken over, released or confirmed).
+func (p *Postgres) Release(ctx context.Context, c Claim) error {
+	sk, err := p.ownerCheck(ctx, c)
+	if err != nil {
+		return err
+	}
+	tag, err := p.pool.Exec(ctx, p.sqlRelease, sk, c.Token)
+	if err != nil {
+		return p.opError(ctx, "release", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return ErrClaimLost
+	}
+	return nil
+}
+
+// Renew extends the caller's live claim to a full claim TTL from the
+// server's now. ErrClaimLost when the row no longer holds it.
+func (p *Postgres) Renew(ctx context.Context, c Claim) (Claim, error) {
+	sk, err := p.ownerCheck(ctx, c)
+	if err != nil {
+		return Claim{}, err
+	}
+	var expires time.Time
+	err = p.pool.QueryRow(ctx, p.sqlRenew, sk, c.Token, p.claimUS).Scan(&expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Claim{}, ErrClaimLost
+	}
+	if err != nil {
+		return Claim{}, p.opError(ctx, "renew", err)
+	}
+	c.Expires = expires
+	return c, nil
+}
+
+// IsConfirmed reports whether key holds a confirmation still retained at the
+// server's now.
+func (p *Postgres) IsConfirmed(ctx context.Context, key Key) (bool, error) {
+	if err := p.begin(ctx); err != nil {
+		return false, err
+	}
+	sk, err := p.storageKey(key)
+	if err != nil {
+		return false, err
+	}
+	var ok bool
+	if err := p.pool.QueryRow(ctx, p.sqlIsConfirmed, sk).Scan(&ok); err != nil {
+		return false, p.opError(ctx, "is-confirmed", err)
+	}
+	return ok, nil
+}
+
+// Purge deletes expired rows (lapsed claims and confirmations past their
+// retention) and returns how many. It works in batches of at most batch rows
+// (batch <= 0 means DefaultPurgeBatch), each its own short statement and
+// transaction that walks the expires_at index and skips locked rows, and
+// stops after the first short batch. Big tables are where cleanup hurts
+// (NServiceBus's SQL outbox cleanup deadlocks and times out on tens of
+// millions of rows): a bounded, index-driven, SKIP LOCKED delete holds few
+// locks for a short time and never waits on a claimer. Rows skipped because
+// another transaction held them are left for the next Purge.
+//
+// On an error or a cancelled ctx, Purge returns the rows deleted so far with
+// the error; the batches already done stay done.
+func (p *Postgres) Purge(ctx context.Context, batch int) (int64, error) {
+	if batch <= 0 {
+		batch = DefaultPurgeBatch
+	}
+	var total int64
+	for {
+		if err := p.begin(ctx); err != nil {
+			return total, err
+		}
+		tag, err := p.pool.Exec(ctx, p.sqlPurge, batch)
+		if err != nil {
+			return total, p.opError(ctx, "purge", err)
+		}
+		n := tag.RowsAffected()
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// Close marks the store closed (later calls return ErrClosed) and closes the
+// pool if the store created it (OpenPostgresURL, Open).
+func (p *Postgres) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	if p.ownsPool {
+		p.pool.Close()
+	}
+	return nil
+}
+
+// begin returns ctx's error or ErrClosed, checked before any I/O.
+func (p *Postgres) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// ownerCheck runs begin, validates c's key and token and returns the
+// storage key. A claim without a token was never held: ErrClaimLost.
+func (p *Postgres) ownerCheck(ctx context.Context, c Claim) (string, error) {
+	if err := p.begin(ctx); err != nil {
+		return "", err
+	}
+	sk, err := p.storageKey(c.Key)
+	if err != nil {
+		return "", err
+	}
+	if c.Token == "" {
+		return "", ErrClaimLost
+	}
+	return sk, nil
+}
+
+// storageKey validates key and returns its storage form (hashed beyond
+// MaxKeyLength, or when not valid UTF-8 or holding NUL, which text cannot
+// store).
+func (p *Postgres) storageKey(key Key) (string, error) {
+	if err := key.Validate(); err != nil {
+		return "", err
+	}
+	return key.StorageKey(p.o.MaxKeyLength), nil
+}
+
+// opError wraps a pgx error. When ctx ended, the context's error is the
+// cause so callers can match it with errors.Is.
+func (p *Postgres) opError(ctx context.Context, op string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("idempotency: postgres %s: %w (%v)", op, ctxErr, err)
+	}
+	return fmt.Errorf("idempotency: postgres %s: %w", op, err)
+}
+
+// durationUS converts d to whole microseconds (PostgreSQL's timestamp
+// resolution), rounding up, and at least 1.
+func durationUS(d time.Duration) int64 {
+	us := int64((d + time.Microsecond - 1) / time.Microsecond)
+	if us < 1 {
+		us = 1
+	}
+	return us
+}

@@ -1,0 +1,487 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Values stored under a Redis key. A claim is "h:" followed by the owner
+// token, so it can never equal the confirmation marker.
+const (
+	redisConfirmed   = "c"
+	redisClaimPrefix = "h:"
+)
+
+// DefaultRedisPrefix is the key prefix of a Redis store opened by URL
+// without a msgaudit_prefix query parameter.
+const DefaultRedisPrefix = "msgaudit:idempotency:"
+
+// redisPrefixParam is the query parameter of a redis:// URL that sets the
+// key prefix. It is removed before the URL reaches go-redis, which rejects
+// options it does not know.
+const redisPrefixParam = "msgaudit_prefix"
+
+// Script results of redisTryClaim.
+const (
+	redisResClaimed    = 0
+	redisResConfirmed  = 1
+	redisResInProgress = 2
+)
+
+// redisTryClaim answers TryClaim in one round trip: a confirmed key is
+// finished work, any claim value is a live claim (an expired one is already
+// gone: Redis deletes keys whose PX passed), and a free key is claimed.
+//
+// KEYS[1] storage key; ARGV[1] claim value "h:<token>"; ARGV[2] claim TTL ms.
+var redisTryClaim = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 0
+end
+if v == 'c' then
+  return 1
+end
+if string.sub(v, 1, 2) == 'h:' then
+  return 2
+end
+return redis.error_reply('msgaudit: unexpected value under idempotency key')
+`)
+
+// redisConfirm turns the caller's claim into a confirmation retained for
+// ARGV[2] ms. It changes nothing and returns 0 unless the key holds the
+// caller's claim value ARGV[1].
+var redisConfirm = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], 'c', 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// redisRelease deletes the caller's claim; 0 (nothing changed) unless the key
+// holds the caller's claim value ARGV[1].
+var redisRelease = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`)
+
+// redisRenew sets the caller's claim to expire ARGV[2] ms from now; 0
+// (nothing changed) unless the key holds the caller's claim value ARGV[1].
+var redisRenew = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// Redis is a Store on a Redis server (or cluster) through go-redis v9. Every
+// key is one Redis string: "h:<owner token>" while claimed, "c" once
+// confirmed. The server keeps time: a claim is written with PX claim TTL and
+// a confirmation with PX retention, so Redis forgets both by itself and the
+// Options clock is not used.
+//
+// Round trips: TryClaim, Confirm, Release and Renew each run one Lua script
+// (EVALSHA; the first call after the server's script cache was emptied costs
+// a second round trip for EVAL), Claim is one SET NX PX and IsConfirmed one
+// GET.
+//
+// A Redis is safe for concurrent use. It owns its client only when it was
+// opened by URL (NewRedisURL, Open); a store made with NewRedis leaves the
+// client to its caller, and Close does not close it.
+type Redis struct {
+	client     redis.UniversalClient
+	prefix     string
+	o          Options
+	claimMS    int64
+	retainMS   int64
+	ownsClient bool
+	closed     atomic.Bool
+}
+
+// NewRedis returns a store that keeps its keys under prefix (for example
+// "orders:idempotency:") in client. The caller keeps ownership of client:
+// Close leaves it open. NewRedis does no I/O; the first operation reports a
+// server that cannot be reached.
+func NewRedis(client redis.UniversalClient, prefix string, o Options) (*Redis, error) {
+	if client == nil {
+		return nil, errors.New("idempotency: NewRedis: nil client")
+	}
+	o, err := o.normalize()
+	if err != nil {
+		return nil, err
+	}
+	return &Redis{
+		client:   client,
+		prefix:   prefix,
+		o:        o,
+		claimMS:  durationMS(o.ClaimTTL),
+		retainMS: durationMS(o.Retention),
+	}, nil
+}
+
+// NewRedisURL connects to the Redis server named by rawURL and pings it once.
+// The URL is what go-redis's ParseURL accepts: redis://[user][:password]@host:port/db
+// (user is an ACL user), rediss:// for TLS with the system roots, unix://, plus
+// go-redis options as query parameters (dial_timeout, pool_size, ...). The
+// query parameter msgaudit_prefix sets the key prefix (default
+// DefaultRedisPrefix).
+//
+// A non-nil tlsConfig (for a custom CA or a client certificate) turns TLS on
+// even for redis://; when its ServerName is empty the URL's host is used.
+//
+// The store owns the client it creates: Close closes it. Errors name the
+// URL with its password redacted; the password never appears in them.
+func NewRedisURL(ctx context.Context, rawURL string, o Options, tlsConfig *tls.Config) (*Redis, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	red := RedactURL(rawURL)
+	clean, prefix, err := splitRedisURL(rawURL)
+	if err != nil {
+		return nil, redactError(fmt.Errorf("idempotency: redis URL %s: %w", red, err), rawURL)
+	}
+	opt, err := redis.ParseURL(clean)
+	if err != nil {
+		return nil, redactError(fmt.Errorf("idempotency: redis URL %s: %w", red, unwrapURLError(err)), rawURL)
+	}
+	if tlsConfig != nil {
+		c := tlsConfig.Clone()
+		if c.ServerName == "" {
+			if host, _, err := net.SplitHostPort(opt.Addr); err == nil {
+				c.ServerName = host
+			}
+		}
+		opt.TLSConfig = c
+	}
+	client := redis.NewClient(opt)
+	if err := client.Ping(ctx).Err(); err != nil {
+		_ = client.Close()
+		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return nil, ctxErr
+		}
+		return nil, redactError(fmt.Errorf("idempotency: redis %s: ping: %w", red, err), rawURL)
+	}
+	s, err := NewRedis(client, prefix, o)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	s.ownsClient = true
+	return s, nil
+}
+
+// openRedisURL is Open's entry for redis:// and rediss:// URLs.
+func openRedisURL(ctx context.Context, rawURL string, o Options) (Store, error) {
+	s, err := NewRedisURL(ctx, rawURL, o, nil)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// splitRedisURL removes the msgaudit_prefix parameter from rawURL's query and
+// returns the remaining URL and the prefix. Only the query text is rewritten,
+// so the rest of the URL reaches go-redis unchanged.
+func splitRedisURL(rawURL string) (clean, prefix string, err error) {
+	clean, prefix, found, err := cutQueryParam(rawURL, redisPrefixParam)
+	if err != nil {
+		return "", "", err
+	}
+	if !found {
+		prefix = DefaultRedisPrefix
+	}
+	return clean, prefix, nil
+}
+
+// Claim takes the key with SET NX PX claim TTL. ok is false when the key is
+// claimed or confirmed.
+func (s *Redis) Claim(ctx context.Context, key Key) (Claim, bool, error) {
+	if err := s.begin(ctx); err != nil {
+		return Claim{}, false, err
+	}
+	sk, err := s.storageKey(key)
+	if err != nil {
+		return Claim{}, false, err
+	}
+	token := NewToken()
+	start := time.Now()
+	ok, err := s.client.SetNX(ctx, sk, redisClaimPrefix+token, time.Duration(s.claimMS)*time.Millisecond).Result()
+	if err != nil {
+		return Claim{}, false, s.opError(ctx, "claim", err)
+	}
+	if !ok {
+		return Claim{}, false, nil
+	}
+	return Claim{Key: key, Token: token, Expires: start.Add(s.o.ClaimTTL)}, true, nil
+}
+
+// TryClaim claims key, or tells a confirmed key from a claimed one, in one
+// script run.
+func (s *Redis) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, Claim{}, err
+	}
+	sk, err := s.storageKey(key)
+	if err != nil {
+		return 0, Claim{}, err
+	}
+	token := NewToken()
+	start := time.Now()
+	res, err := redisTryClaim.Run(ctx, s.client, []string{sk}, redisClaimPrefix+token, s.claimMS).Int64()
+	if err != nil {
+		return 0, Claim{}, s.opError(ctx, "try-claim", err)
+	}
+	switch res {
+	case redisResClaimed:
+		return Claimed, Claim{Key: key, Token: token, Expires: start.Add(s.o.ClaimTTL)}, nil
+	case redisResConfirmed:
+		return AlreadyConfirmed, Claim{}, nil
+	case redisResInProgress:
+		return InProgress, Claim{}, nil
+	}
+	return 0, Claim{}, fmt.Errorf("idempotency: redis try-claim: unexpected script result %d", res)
+}
+
+// Confirm replaces the caller's claim with a confirmation retained for the
+// retention period. ErrClaimLost when the key no longer holds the claim.
+func (s *Redis) Confirm(ctx context.Context, c Claim) error {
+	_, err := s.ownerScript(ctx, "confirm", redisConfirm, c, s.retainMS)
+	return err
+}
+
+// Release deletes the caller's claim. ErrClaimLost when the key no longer
+// holds it (expired, taken over or already released).
+func (s *Redis) Release(ctx context.Context, c Claim) error {
+	_, err := s.ownerScript(ctx, "release", redisRelease, c, 0)
+	return err
+}
+
+// Renew extends the caller's claim to a full claim TTL from now. ErrClaimLost
+// when the key no longer holds it.
+func (s *Redis) Renew(ctx context.Context, c Claim) (Claim, error) {
+	start, err := s.ownerScript(ctx, "renew", redisRenew, c, s.claimMS)
+	if err != nil {
+		return Claim{}, err
+	}
+	c.Expires = start.Add(s.o.ClaimTTL)
+	return c, nil
+}
+
+// IsConfirmed reports whether key holds a retained confirmation (one GET).
+func (s *Redis) IsConfirmed(ctx context.Context, key Key) (bool, error) {
+	if err := s.begin(ctx); err != nil {
+		return false, err
+	}
+	sk, err := s.storageKey(key)
+	if err != nil {
+		return false, err
+	}
+	v, err := s.client.Get(ctx, sk).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.opError(ctx, "is-confirmed", err)
+	}
+	return v == redisConfirmed, nil
+}
+
+// Close marks the store closed (later calls return ErrClosed) and closes
+// the client if the store created it (NewRedisURL, Open); a client passed to
+// NewRedis stays open.
+func (s *Redis) Close() error {
+	if s.closed.Swap(true) || !s.ownsClient {
+		return nil
+	}
+	return s.client.Close()
+}
+
+// begin returns ctx's error or ErrClosed, checked before any I/O.
+func (s *Redis) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// ownerScript runs one of the owner-checking scripts for c with the
+// millisecond argument ms and returns the local time taken just before the
+// call (the base of a renewed expiry). A script answering 0 means the key
+// does not hold c's claim: ErrClaimLost, nothing changed.
+func (s *Redis) ownerScript(ctx context.Context, op string, script *redis.Script, c Claim, ms int64) (time.Time, error) {
+	if err := s.begin(ctx); err != nil {
+		return time.Time{}, err
+	}
+	sk, err := s.storageKey(c.Key)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if c.Token == "" {
+		return time.Time{}, ErrClaimLost
+	}
+	start := time.Now()
+	res, err := script.Run(ctx, s.client, []string{sk}, redisClaimPrefix+c.Token, ms).Int64()
+	if err != nil {
+		return time.Time{}, s.opError(ctx, op, err)
+	}
+	if res != 1 {
+		return time.Time{}, ErrClaimLost
+	}
+	return start, nil
+}
+
+// storageKey validates key and returns the Redis key: the store's prefix
+// plus the key's storage form (hashed beyond MaxKeyLength, like every store).
+func (s *Redis) storageKey(key Key) (string, error) {
+	if err := key.Validate(); err != nil {
+		return "", err
+	}
+	return s.prefix + key.StorageKey(s.o.MaxKeyLength), nil
+}
+
+// opError wraps a client error. When ctx ended, the context's error is
+// returned as the cause so callers can match it with errors.Is.
+func (s *Redis) opError(ctx context.Context, op string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("idempotency: redis %s: %w (%v)", op, ctxErr, err)
+	}
+	return fmt.Errorf("idempotency: redis %s: %w", op, err)
+}
+
+// durationMS converts d to whole milliseconds for PX and PEXPIRE, rounding
+// up so a sub-millisecond remainder never shortens a lease, and at least 1.
+func durationMS(d time.Duration) int64 {
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	if ms < 1 {
+		ms = 1
+	}
+	return ms
+}
+
+// cutQueryParam removes every occurrence of the query parameter name from
+// rawURL and returns the rest of the URL byte for byte, the parameter's last
+// value and whether it was present. Only the query text is re-encoded.
+func cutQueryParam(rawURL, name string) (clean, value string, found bool, err error) {
+	base, rest, hasQuery := strings.Cut(rawURL, "?")
+	if !hasQuery {
+		return rawURL, "", false, nil
+	}
+	query, fragment, hasFragment := strings.Cut(rest, "#")
+	vals, err := url.ParseQuery(query)
+	if err != nil {
+		return "", "", false, fmt.Errorf("query: %w", err)
+	}
+	if v, ok := vals[name]; ok {
+		found = true
+		value = v[len(v)-1]
+		vals.Del(name)
+	}
+	if !found {
+		return rawURL, "", false, nil
+	}
+	clean = base
+	if enc := vals.Encode(); enc != "" {
+		clean += "?" + enc
+	}
+	if hasFragment {
+		clean += "#" + fragment
+	}
+	return clean, value, true, nil
+}
+
+// unwrapURLError drops the *url.Error layer of err, whose message quotes the
+// whole URL, password included, and keeps its cause.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// redactedError carries an error whose text had a URL's password removed.
+// Unwrap still reaches the original error so errors.Is and errors.As work;
+// only its text is replaced.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactError returns err with every secret of rawURL replaced: the
+// userinfo password and the values of secret query parameters (password=,
+// sslpassword=, ... as RedactURL knows them), each raw and percent-encoded.
+// No error built from a connection attempt can print them then. A URL
+// without secrets returns err unchanged.
+func redactError(err error, rawURL string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	changed := false
+	for _, sec := range urlSecrets(rawURL) {
+		for _, form := range []string{sec, url.PathEscape(sec), url.QueryEscape(sec)} {
+			if form != "" && strings.Contains(msg, form) {
+				msg = strings.ReplaceAll(msg, form, redacted)
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+// urlSecrets lists the secrets in rawURL: the userinfo password and the
+// values of secret query parameters. An unparsable URL is read textually.
+func urlSecrets(rawURL string) []string {
+	var secrets []string
+	if u, err := url.Parse(rawURL); err == nil {
+		if u.User != nil {
+			if p, ok := u.User.Password(); ok && p != "" {
+				secrets = append(secrets, p)
+			}
+		}
+		if q, err := url.ParseQuery(u.RawQuery); err == nil {
+			for name, vals := range q {
+				if isSecretParam(name) {
+					for _, v := range vals {
+						if v != "" {
+							secrets = append(secrets, v)
+						}
+					}
+				}
+			}
+		}
+		return secrets
+	}
+	// Unparsable: take the userinfo password the way redactText finds it.
+	if _, rest, ok := strings.Cut(rawURL, "://"); ok {
+		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
+				secrets = append(secrets, pw)
+			}
+		}
+	}
+	return secrets
+}

@@ -1,0 +1,536 @@
+package idempotency_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/acemq/msgaudit/idempotency"
+)
+
+// redisTestURL returns MSGAUDIT_REDIS_URL, skipping the test when it is unset
+// (failing it in CI).
+func redisTestURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("MSGAUDIT_REDIS_URL")
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("MSGAUDIT_REDIS_URL is unset and CI=true: the Redis store tests need a server")
+		}
+		t.Skip("MSGAUDIT_REDIS_URL is unset: skipping Redis store tests (eval \"$(../shared/ci/services-up redis)\" to run them)")
+	}
+	return u
+}
+
+// remoteTestHex returns n random bytes as hex, for test prefixes and names.
+func remoteTestHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// redisTestClient connects to MSGAUDIT_REDIS_URL and returns the client and
+// a fresh key prefix. At cleanup every key under the prefix is deleted
+// (SCAN + DEL) and the client closed.
+func redisTestClient(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	opt, err := redis.ParseURL(redisTestURL(t))
+	if err != nil {
+		t.Fatalf("MSGAUDIT_REDIS_URL: %v", err)
+	}
+	client := redis.NewClient(opt)
+	prefix := "msgaudit-test:" + remoteTestHex(8) + ":"
+	t.Cleanup(func() {
+		redisDeletePrefix(t, client, prefix)
+		_ = client.Close()
+	})
+	return client, prefix
+}
+
+// redisDeletePrefix deletes every key that starts with prefix.
+func redisDeletePrefix(t testing.TB, client redis.UniversalClient, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			if err := client.Unlink(ctx, keys...).Err(); err != nil {
+				t.Errorf("cleanup of %s*: %v", prefix, err)
+				return
+			}
+			keys = keys[:0]
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("cleanup scan of %s*: %v", prefix, err)
+		return
+	}
+	if len(keys) > 0 {
+		if err := client.Unlink(ctx, keys...).Err(); err != nil {
+			t.Errorf("cleanup of %s*: %v", prefix, err)
+		}
+	}
+}
+
+// newRedisTestStore returns a store on its own prefix of the test server.
+func newRedisTestStore(t testing.TB, o idempotency.Options) (*idempotency.Redis, *redis.Client, string) {
+	t.Helper()
+	client, prefix := redisTestClient(t)
+	s, err := idempotency.NewRedis(client, prefix, o)
+	if err != nil {
+		t.Fatalf("NewRedis: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, client, prefix
+}
+
+// remoteClosedAddr returns a loopback address nothing listens on: a port that was
+// just bound and released.
+func remoteClosedAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// redisCounter is a go-redis hook that counts the commands (round trips)
+// sent, pipelines counted once.
+type redisCounter struct{ n atomic.Int64 }
+
+func (c *redisCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+func TestRedisRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, client, _ := newRedisTestStore(t, idempotency.Options{})
+	var rt redisCounter
+	client.AddHook(&rt)
+
+	// count runs f and returns the round trips it cost.
+	count := func(f func()) int64 {
+		before := rt.n.Load()
+		f()
+		return rt.n.Load() - before
+	}
+	// Warm up: the first script runs may load the scripts (EVALSHA answered
+	// NOSCRIPT, then EVAL).
+	for _, k := range []string{"warm-1", "warm-2"} {
+		_, c, err := s.TryClaim(ctx, idempotency.Key{Namespace: "rt", ID: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Renew(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if k == "warm-1" {
+			err = s.Confirm(ctx, c)
+		} else {
+			err = s.Release(ctx, c)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for i := range 20 {
+		key := idempotency.Key{Namespace: "rt", ID: fmt.Sprint("m-", i)}
+		var (
+			out idempotency.Outcome
+			c   idempotency.Claim
+			err error
+		)
+		steps := []struct {
+			name string
+			f    func()
+		}{
+			{"TryClaim(new)", func() { out, c, err = s.TryClaim(ctx, key) }},
+			{"Renew", func() { c, err = s.Renew(ctx, c) }},
+			{"Confirm", func() { err = s.Confirm(ctx, c) }},
+			{"TryClaim(confirmed)", func() { out, _, err = s.TryClaim(ctx, key) }},
+			{"IsConfirmed", func() { _, err = s.IsConfirmed(ctx, key) }},
+		}
+		for _, st := range steps {
+			if n := count(st.f); n != 1 {
+				t.Errorf("%s: %d round trips, want 1", st.name, n)
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", st.name, err)
+			}
+		}
+		if out != idempotency.AlreadyConfirmed {
+			t.Fatalf("TryClaim after Confirm = %v", out)
+		}
+		other := idempotency.Key{Namespace: "rt2", ID: fmt.Sprint("m-", i)}
+		var ok bool
+		if n := count(func() { c, ok, err = s.Claim(ctx, other) }); n != 1 || err != nil || !ok {
+			t.Fatalf("Claim: %d round trips, ok=%v, err=%v", n, ok, err)
+		}
+		if n := count(func() { err = s.Release(ctx, c) }); n != 1 || err != nil {
+			t.Fatalf("Release: %d round trips, err=%v", n, err)
+		}
+	}
+}
+
+// TestRedisStorageLayout pins what the store writes, so operators can read
+// the keyspace: prefix + storage key, "h:<token>" with the claim TTL while
+// claimed, "c" with the retention once confirmed, nothing once released.
+func TestRedisStorageLayout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o := idempotency.Options{ClaimTTL: time.Hour, Retention: 48 * time.Hour}
+	s, client, prefix := newRedisTestStore(t, o)
+	key := idempotency.Key{Namespace: "orders", ID: "ID:host-1-2-3:1:1:1:7"}
+	rk := prefix + key.StorageKey(idempotency.DefaultMaxKeyLength)
+
+	out, c, err := s.TryClaim(ctx, key)
+	if err != nil || out != idempotency.Claimed {
+		t.Fatalf("TryClaim = %v, %v", out, err)
+	}
+	if v := client.Get(ctx, rk).Val(); v != "h:"+c.Token {
+		t.Errorf("claimed value = %q, want %q", v, "h:"+c.Token)
+	}
+	if ttl := client.PTTL(ctx, rk).Val(); ttl <= 0 || ttl > time.Hour {
+		t.Errorf("claim PTTL = %v, want in (0, 1h]", ttl)
+	}
+	if err := s.Confirm(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if v := client.Get(ctx, rk).Val(); v != "c" {
+		t.Errorf("confirmed value = %q, want \"c\"", v)
+	}
+	if ttl := client.PTTL(ctx, rk).Val(); ttl <= time.Hour || ttl > 48*time.Hour {
+		t.Errorf("confirmation PTTL = %v, want in (1h, 48h]", ttl)
+	}
+
+	key2 := idempotency.Key{Namespace: "orders", ID: "other"}
+	_, c2, err := s.TryClaim(ctx, key2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, c2); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.Exists(ctx, prefix+key2.StorageKey(0)).Val(); n != 0 {
+		t.Errorf("released key still exists")
+	}
+
+	// A value the store did not write is an error, never a verdict.
+	foreign := idempotency.Key{Namespace: "orders", ID: "foreign"}
+	if err := client.Set(ctx, prefix+foreign.StorageKey(0), "something else", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := s.TryClaim(ctx, foreign); err == nil {
+		t.Errorf("TryClaim on a foreign value = %v, want an error", out)
+	}
+}
+
+// TestRedisOwnershipOfClient: Close closes a client the store opened and
+// leaves one passed to NewRedis open; a closed store answers ErrClosed.
+func TestRedisOwnershipOfClient(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, client, _ := newRedisTestStore(t, idempotency.Options{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Errorf("NewRedis store closed the caller's client: %v", err)
+	}
+	if _, _, err := s.TryClaim(ctx, idempotency.Key{ID: "x"}); !errors.Is(err, idempotency.ErrClosed) {
+		t.Errorf("TryClaim after Close: %v, want ErrClosed", err)
+	}
+
+	owned, err := idempotency.NewRedisURL(ctx, redisTestURL(t), idempotency.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owned.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := owned.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestRedisURLPrefix: msgaudit_prefix in the URL chooses the key prefix and
+// does not reach go-redis (which rejects unknown options).
+func TestRedisURLPrefix(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client, prefix := redisTestClient(t)
+	raw := redisTestURL(t)
+	sep := "?"
+	if strings.Contains(raw, "?") {
+		sep = "&"
+	}
+	s, err := idempotency.NewRedisURL(ctx, raw+sep+"msgaudit_prefix="+prefix, idempotency.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key := idempotency.Key{Namespace: "n", ID: "1"}
+	if _, _, err := s.TryClaim(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.Exists(ctx, prefix+key.StorageKey(0)).Val(); n != 1 {
+		t.Errorf("key not under the URL's prefix %q", prefix)
+	}
+}
+
+// TestRedisUnreachable: a server that cannot be reached is an error from
+// every operation, never a verdict, and NewRedisURL fails at its ping.
+func TestRedisUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr := remoteClosedAddr(t)
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
+	defer client.Close()
+	s, err := idempotency.NewRedis(client, "p:", idempotency.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.Key{Namespace: "n", ID: "1"}
+	if out, _, err := s.TryClaim(ctx, key); err == nil {
+		t.Errorf("TryClaim on a closed port = %v, want an error", out)
+	}
+	if _, ok, err := s.Claim(ctx, key); err == nil {
+		t.Errorf("Claim on a closed port = %v, want an error", ok)
+	}
+	if ok, err := s.IsConfirmed(ctx, key); err == nil {
+		t.Errorf("IsConfirmed on a closed port = %v, want an error", ok)
+	}
+	c := idempotency.Claim{Key: key, Token: "t"}
+	if err := s.Confirm(ctx, c); err == nil || errors.Is(err, idempotency.ErrClaimLost) {
+		t.Errorf("Confirm on a closed port = %v, want a connection error", err)
+	}
+	if err := s.Release(ctx, c); err == nil || errors.Is(err, idempotency.ErrClaimLost) {
+		t.Errorf("Release on a closed port = %v, want a connection error", err)
+	}
+	if _, err := s.Renew(ctx, c); err == nil || errors.Is(err, idempotency.ErrClaimLost) {
+		t.Errorf("Renew on a closed port = %v, want a connection error", err)
+	}
+	if _, err := idempotency.NewRedisURL(ctx, "redis://"+addr+"/0?max_retries=-1", idempotency.Options{}, nil); err == nil {
+		t.Error("NewRedisURL on a closed port: nil error")
+	}
+}
+
+// TestRedisRedaction: errors of a failing open never contain the password,
+// whether the URL is unparsable, the port closed or the password wrong.
+func TestRedisRedaction(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const pw = "Sup3rSecretPW"
+	addr := remoteClosedAddr(t)
+	cases := []struct{ name, url string }{
+		{"closed port", "redis://:" + pw + "@" + addr + "/0?max_retries=-1"},
+		{"closed port with ACL user", "redis://alice:" + pw + "@" + addr + "/0?max_retries=-1"},
+		{"unparsable", "redis://:" + pw + "%zz@" + addr + "/0"},
+		{"bad port", "redis://:" + pw + "@127.0.0.1:notaport/0"},
+		{"bad option", "redis://:" + pw + "@" + addr + "/0?bogus_option=1"},
+		{"bad db", "redis://:" + pw + "@" + addr + "/x"},
+	}
+	for _, tc := range cases {
+		t.Run("case="+tc.name, func(t *testing.T) {
+			_, err := idempotency.NewRedisURL(ctx, tc.url, idempotency.Options{}, nil)
+			if err == nil {
+				t.Fatal("nil error")
+			}
+			for _, text := range []string{err.Error(), fmt.Sprintf("%v", err), fmt.Sprintf("%+v", err), fmt.Sprintf("%q", err)} {
+				if strings.Contains(text, pw) {
+					t.Errorf("error shows the password: %s", text)
+				}
+			}
+		})
+	}
+}
+
+// TestRedisCancelled: a cancelled context returns ctx.Err() before any I/O.
+func TestRedisCancelled(t *testing.T) {
+	t.Parallel()
+	s, client, _ := newRedisTestStore(t, idempotency.Options{})
+	var rt redisCounter
+	client.AddHook(&rt)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	key := idempotency.Key{Namespace: "n", ID: "1"}
+	if _, _, err := s.TryClaim(ctx, key); !errors.Is(err, context.Canceled) {
+		t.Errorf("TryClaim: %v", err)
+	}
+	if _, _, err := s.Claim(ctx, key); !errors.Is(err, context.Canceled) {
+		t.Errorf("Claim: %v", err)
+	}
+	if _, err := s.IsConfirmed(ctx, key); !errors.Is(err, context.Canceled) {
+		t.Errorf("IsConfirmed: %v", err)
+	}
+	c := idempotency.Claim{Key: key, Token: "t"}
+	if err := s.Confirm(ctx, c); !errors.Is(err, context.Canceled) {
+		t.Errorf("Confirm: %v", err)
+	}
+	if err := s.Release(ctx, c); !errors.Is(err, context.Canceled) {
+		t.Errorf("Release: %v", err)
+	}
+	if _, err := s.Renew(ctx, c); !errors.Is(err, context.Canceled) {
+		t.Errorf("Renew: %v", err)
+	}
+	if n := rt.n.Load(); n != 0 {
+		t.Errorf("%d commands sent with a cancelled context", n)
+	}
+}
+
+// redisServerBinary returns the path of redis-server, skipping (failing in
+// CI) when it is missing.
+func redisServerBinary(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server not found and CI=true: the password test starts its own server")
+		}
+		t.Skip("redis-server not found: skipping the password test")
+	}
+	return p
+}
+
+// startRedisServer runs a private redis-server on a free loopback port with
+// the extra arguments, waits until it accepts connections and kills it at
+// cleanup. It returns the address.
+func startRedisServer(t testing.TB, args ...string) string {
+	t.Helper()
+	bin := redisServerBinary(t)
+	addr := remoteClosedAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	all := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--dir", t.TempDir(), "--logfile", ""}, args...)
+	cmd := exec.Command(bin, all...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	var log strings.Builder
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-logDone
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-logDone
+			t.Fatalf("redis-server on %s did not start: %v\n%s", addr, err, log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRedisRequirePass (issue 7): against a second redis-server started with
+// --requirepass and an ACL user, a missing or wrong password fails at open
+// with a clear, redacted error, and the right password (default user or ACL
+// user) gives a working store.
+func TestRedisRequirePass(t *testing.T) {
+	t.Parallel()
+	pass := "pw-" + remoteTestHex(12)
+	alicePass := "alice-" + remoteTestHex(12)
+	addr := startRedisServer(t, "--requirepass", pass,
+		"--user", "alice", "on", ">"+alicePass, "~*", "+@all")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	wrong := "wrong-" + remoteTestHex(12)
+	bad := []struct{ name, url, secret, want string }{
+		{"no password", "redis://" + addr + "/0", "", "NOAUTH"},
+		{"wrong password", "redis://:" + wrong + "@" + addr + "/0", wrong, "WRONGPASS"},
+		{"wrong ACL password", "redis://alice:" + wrong + "@" + addr + "/0", wrong, "WRONGPASS"},
+		{"unknown ACL user", "redis://mallory:" + pass + "@" + addr + "/0", pass, "WRONGPASS"},
+	}
+	for _, tc := range bad {
+		t.Run("case="+tc.name, func(t *testing.T) {
+			_, err := idempotency.NewRedisURL(ctx, tc.url, idempotency.Options{}, nil)
+			if err == nil {
+				t.Fatal("open succeeded")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not name the cause %s", err, tc.want)
+			}
+			if tc.secret != "" && strings.Contains(err.Error(), tc.secret) {
+				t.Errorf("error shows the password: %s", err)
+			}
+		})
+	}
+
+	good := []struct{ name, url string }{
+		{"requirepass", "redis://:" + pass + "@" + addr + "/0"},
+		{"ACL user", "redis://alice:" + alicePass + "@" + addr + "/1"},
+	}
+	for _, tc := range good {
+		t.Run("case="+tc.name, func(t *testing.T) {
+			s, err := idempotency.NewRedisURL(ctx, tc.url, idempotency.Options{}, nil)
+			if err != nil {
+				t.Fatalf("open with the right password: %v", err)
+			}
+			defer s.Close()
+			key := idempotency.Key{Namespace: "auth", ID: "1"}
+			out, c, err := s.TryClaim(ctx, key)
+			if err != nil || out != idempotency.Claimed {
+				t.Fatalf("TryClaim = %v, %v", out, err)
+			}
+			if err := s.Confirm(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			if out, _, err := s.TryClaim(ctx, key); err != nil || out != idempotency.AlreadyConfirmed {
+				t.Fatalf("TryClaim after Confirm = %v, %v", out, err)
+			}
+		})
+	}
+}
