@@ -31,7 +31,9 @@ type Bin struct {
 	// the window lives in slot (head + w - base) mod n. nil until the first
 	// Mark. While the bin is unanchored every ring word is zero.
 	ring *bitset.BitSet
-	n    uint64 // ring size in words, ≥ 2; 0 in the zero value (defaultWords)
+	// words is ring.Words(): the same backing array, cached for the hot path.
+	words []uint64
+	n     uint64 // ring size in words, ≥ 2; 0 in the zero value (defaultWords)
 	head uint64 // ring slot of word base
 	base uint64 // word number of the window's lowest word
 	// lo is the lowest word whose history the bin has: base ≤ lo ≤ hi>>6.
@@ -66,8 +68,8 @@ func ringWords(depth int) (uint64, error) {
 	return uint64(depth+63)/64 + 1, nil
 }
 
-// words returns the ring size, fixing it to the default on a zero Bin.
-func (b *Bin) words() uint64 {
+// ringSize returns the ring size, fixing it to the default on a zero Bin.
+func (b *Bin) ringSize() uint64 {
 	if b.n == 0 {
 		b.n = defaultWords
 	}
@@ -104,11 +106,18 @@ func (b *Bin) Mark(i uint64) Verdict {
 		b.slide(w)
 		off = b.n - 1
 	}
-	bit := b.bit(off, i)
-	if b.ring.Test(bit) {
+	s := b.head + off
+	if s >= b.n {
+		s -= b.n
+	}
+	// One load and one store on the ring's word (the bitset's own storage,
+	// see words) instead of bitset.Test then bitset.Set.
+	p := &b.words[s]
+	m := uint64(1) << (i & 63)
+	if *p&m != 0 {
 		return Duplicate
 	}
-	b.ring.Set(bit)
+	*p |= m
 	if i > b.hi {
 		b.hi = i
 	}
@@ -130,9 +139,9 @@ func (b *Bin) bit(off, i uint64) uint {
 
 // anchor starts the window with i in its top word (clamped at word 0).
 func (b *Bin) anchor(i uint64) {
-	n := b.words()
-	if b.ring == nil || uint64(len(b.ring.Words())) != n {
-		b.ring = bitset.From(make([]uint64, n))
+	n := b.ringSize()
+	if b.ring == nil || uint64(len(b.words)) != n {
+		b.setRing(bitset.From(make([]uint64, n)))
 	}
 	w := i >> 6
 	b.base = 0
@@ -143,6 +152,15 @@ func (b *Bin) anchor(i uint64) {
 	b.anchored = true
 	b.ring.Set(b.bit(w-b.base, i))
 	b.top, b.hasTop = i, true
+}
+
+// setRing installs r as the ring storage.
+func (b *Bin) setRing(r *bitset.BitSet) {
+	b.ring = r
+	b.words = nil
+	if r != nil {
+		b.words = r.Words()
+	}
 }
 
 // slide moves the window up so that word w is its top word. It clears the
@@ -157,13 +175,17 @@ func (b *Bin) slide(w uint64) {
 		b.lo = b.base
 		return
 	}
-	words := b.ring.Words()
-	for range k {
-		words[b.head] = 0
-		b.head++
-		if b.head == b.n {
-			b.head = 0
-		}
+	// Clear the k oldest slots, head..head+k-1 mod n: at most two runs.
+	if end := b.head + k; end <= b.n {
+		clear(b.words[b.head:end])
+		b.head = end
+	} else {
+		clear(b.words[b.head:])
+		clear(b.words[:end-b.n])
+		b.head = end - b.n
+	}
+	if b.head == b.n {
+		b.head = 0
 	}
 	b.base += k
 	if b.lo < b.base {
@@ -228,9 +250,8 @@ func (b *Bin) Unmark(i uint64) bool {
 
 // findTop recomputes the highest set bit by scanning down from the top word.
 func (b *Bin) findTop() {
-	words := b.ring.Words()
 	for off := b.n - 1; ; off-- {
-		if x := words[(b.head+off)%b.n]; x != 0 {
+		if x := b.words[(b.head+off)%b.n]; x != 0 {
 			b.top = (b.base+off)<<6 | uint64(63-bits.LeadingZeros64(x))
 			b.hasTop = true
 			return
@@ -265,7 +286,7 @@ func (b *Bin) Reset() {
 		b.ring.ClearAll()
 	}
 	n := b.n
-	*b = Bin{ring: b.ring, n: n}
+	*b = Bin{ring: b.ring, words: b.words, n: n}
 }
 
 // Resize changes the depth (0 means DefaultDepth; out of range is ErrDepth,
@@ -279,26 +300,26 @@ func (b *Bin) Resize(depth int) error {
 	if err != nil {
 		return err
 	}
-	n := b.words()
+	n := b.ringSize()
 	if n2 == n {
 		return nil
 	}
 	b.n = n2
 	if !b.anchored {
-		b.ring = nil // allocated at the size by the next Mark
+		b.setRing(nil) // allocated at the size by the next Mark
 		return nil
 	}
 	var base2 uint64
 	if hw := b.hi >> 6; hw >= n2-1 {
 		base2 = hw - (n2 - 1)
 	}
-	src := b.ring.Words()
+	src := b.words
 	dst := make([]uint64, n2)
 	from, to := max(b.base, base2), min(b.base+n-1, base2+n2-1)
 	for w := from; w <= to; w++ {
 		dst[w-base2] = src[(b.head+w-b.base)%n]
 	}
-	b.ring = bitset.From(dst)
+	b.setRing(bitset.From(dst))
 	b.head, b.base = 0, base2
 	b.lo = max(b.lo, base2)
 	b.findTop()

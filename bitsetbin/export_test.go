@@ -31,6 +31,9 @@ func (b *Bin) CheckInvariants() error {
 		return nil
 	}
 	words := b.ring.Words()
+	if len(b.words) != len(words) || (len(words) > 0 && &b.words[0] != &words[0]) {
+		return fmt.Errorf("cached words are not the ring's storage")
+	}
 	if uint64(len(words)) != b.n || b.ring.Len() != uint(b.n*64) {
 		return fmt.Errorf("ring has %d words (%d bits), want %d", len(words), b.ring.Len(), b.n)
 	}

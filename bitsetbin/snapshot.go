@@ -46,9 +46,8 @@ func (b *Bin) AppendBinary(dst []byte) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, b.base)
 		dst = binary.AppendUvarint(dst, b.lo-b.base)
 		dst = binary.AppendUvarint(dst, b.hi)
-		words := b.ring.Words()
 		for off := range n {
-			dst = binary.LittleEndian.AppendUint64(dst, words[(b.head+off)%n])
+			dst = binary.LittleEndian.AppendUint64(dst, b.words[(b.head+off)%n])
 		}
 	}
 	if b.hasLast {
@@ -140,7 +139,7 @@ func decode(p []byte) (Bin, int, error) {
 				return Bin{}, 0, fmt.Errorf("%w: bits set below the known window", ErrCorrupt)
 			}
 		}
-		d.ring = bitset.From(words)
+		d.setRing(bitset.From(words))
 		d.base, d.lo, d.hi, d.anchored = base, base+lo, hi, true
 		d.findTop()
 		if d.hasTop && d.top > hi {
