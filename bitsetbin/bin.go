@@ -34,8 +34,8 @@ type Bin struct {
 	// words is ring.Words(): the same backing array, cached for the hot path.
 	words []uint64
 	n     uint64 // ring size in words, ≥ 2; 0 in the zero value (defaultWords)
-	head uint64 // ring slot of word base
-	base uint64 // word number of the window's lowest word
+	head  uint64 // ring slot of word base
+	base  uint64 // word number of the window's lowest word
 	// lo is the lowest word whose history the bin has: base ≤ lo ≤ hi>>6.
 	// Words in [base, lo) are zero and read as TooOld (Resize uncovered them).
 	lo   uint64
