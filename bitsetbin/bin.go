@@ -25,7 +25,9 @@ const (
 
 // Bin is a sliding window of bits over the uint64 sequence numbers of one
 // producer. The zero value is an unanchored bin of DefaultDepth. A Bin is not
-// safe for concurrent use; see the package documentation.
+// safe for concurrent use; see the package documentation. Do not copy a Bin
+// that has been marked: the copy would share its ring (use MarshalBinary to
+// clone one).
 type Bin struct {
 	// ring holds n words; slot head holds word number base, and word w of
 	// the window lives in slot (head + w - base) mod n. nil until the first
