@@ -75,14 +75,24 @@ func parseSeq(s string) (uint64, bool) {
 	if s[0] == '0' {
 		return 0, len(s) == 1
 	}
+	// Up to 19 digits cannot overflow (10^19-1 < 2^64); only the 20th
+	// digit needs the overflow check.
+	last := len(s)
+	if last == 20 {
+		last = 19
+	}
 	var n uint64
-	for i := 0; i < len(s); i++ {
+	for i := 0; i < last; i++ {
 		d := uint64(s[i]) - '0'
 		if d > 9 {
 			return 0, false
 		}
-		if n > (1<<64-1-d)/10 {
-			return 0, false // overflow
+		n = n*10 + d
+	}
+	if last == 19 && len(s) == 20 {
+		d := uint64(s[19]) - '0'
+		if d > 9 || n > (1<<64-1-d)/10 {
+			return 0, false
 		}
 		n = n*10 + d
 	}

@@ -26,6 +26,8 @@ func TestSplit(t *testing.T) {
 		{id: "::1", key: ":", seq: 1},
 		{id: "k:18446744073709551615", key: "k", seq: 18446744073709551615},
 		{id: "k:9223372036854775807", key: "k", seq: 9223372036854775807},
+		{id: "k:9999999999999999999", key: "k", seq: 9999999999999999999},
+		{id: "k:10000000000000000000", key: "k", seq: 10000000000000000000},
 		{id: "k ey:3", key: "k ey", seq: 3}, // the key is opaque
 		{id: "ключ:12", key: "ключ", seq: 12},
 
@@ -52,6 +54,9 @@ func TestSplit(t *testing.T) {
 		{id: "abc:01", fail: true},
 		{id: "abc:١٢", fail: true}, // non-ASCII digits
 		{id: "abc:18446744073709551616", fail: true},
+		{id: "abc:1844674407370955161x", fail: true},
+		{id: "abc:184467440737095516x5", fail: true},
+		{id: "abc:28446744073709551615", fail: true},
 		{id: "abc:99999999999999999999", fail: true},
 		{id: "abc:100000000000000000000", fail: true},
 		{id: "abc:" + strings.Repeat("1", 40), fail: true},
