@@ -31,12 +31,12 @@ type world struct {
 	sent    int
 	pending []*delivery
 
-	mu        sync.Mutex
-	ledger    map[string]int
-	problems  []string
-	acks      int
-	dupAcks   int
-	crashes   int
+	mu         sync.Mutex
+	ledger     map[string]int
+	problems   []string
+	acks       int
+	dupAcks    int
+	crashes    int
 	deliveries int
 }
 
