@@ -1,0 +1,173 @@
+package stompconsumer
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultPrefetch        = 100
+	DefaultConcurrency     = 1
+	DefaultConnectRetries  = 5
+	DefaultConnectTimeout  = 10 * time.Second
+	DefaultHeartBeat       = 10 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultMaxHeaderBytes  = 64 << 10
+	DefaultMaxBodyBytes    = 16 << 20
+	DefaultDeadLetter      = "/queue/ActiveMQ.DLQ"
+)
+
+// Headers this package writes on the copies it sends, besides the
+// receiver's receiver.HeaderOriginalKey ("x-original-key", the key a copy
+// is audited under), receiver.HeaderAttempts ("x-attempts", the attempts
+// already made) and receiver.HeaderDeadLetterReason ("x-dead-letter-reason").
+const (
+	// HeaderOriginalDestination is the destination a dead-lettered message
+	// was consumed from.
+	HeaderOriginalDestination = "x-original-destination"
+	// HeaderRequeues counts hand-backs of a delivery whose outcome was
+	// unknown (its original in flight here or on another consumer, or the
+	// store unable to answer). They are not failures and do not count as
+	// attempts.
+	HeaderRequeues = "x-requeues"
+	// HeaderRetryReason is the Result.Reason of the attempt a retry copy
+	// follows ("handler-error", "panic", "in-flight", "store-error", ...).
+	HeaderRetryReason = "x-retry-reason"
+)
+
+// tlsConfig builds the client TLS configuration from Config.TLS or the
+// file fields. It returns nil when nothing about TLS is configured.
+func (c *Config) tlsConfig() (*tls.Config, error) {
+	if c.TLS == nil && c.CAFile == "" && c.CertFile == "" && c.KeyFile == "" && c.ServerName == "" {
+		return nil, nil
+	}
+	var t *tls.Config
+	if c.TLS != nil {
+		t = c.TLS.Clone()
+	} else {
+		t = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: CAFile: %w", ErrConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: CAFile %s: no PEM certificate found", ErrConfig, c.CAFile)
+		}
+		t.RootCAs = pool
+	}
+	if c.CertFile != "" || c.KeyFile != "" {
+		if c.CertFile == "" || c.KeyFile == "" {
+			return nil, fmt.Errorf("%w: CertFile and KeyFile must be set together", ErrConfig)
+		}
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: client certificate: %w", ErrConfig, err)
+		}
+		t.Certificates = append(t.Certificates, cert)
+	}
+	if c.ServerName != "" {
+		t.ServerName = c.ServerName
+	}
+	return t, nil
+}
+
+// String describes the configuration with every secret redacted: the
+// passcode, passwords in address URLs and TLS keys never appear. %v and %+v
+// of a Config (or *Config) use it too.
+func (c Config) String() string {
+	var b strings.Builder
+	b.WriteString("stompconsumer.Config{Addresses:[")
+	for i, a := range c.Addresses {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(redactURL(a))
+	}
+	b.WriteString("]")
+	fmt.Fprintf(&b, " Login:%q", c.Login)
+	if c.Passcode != "" {
+		b.WriteString(" Passcode:xxxxx")
+	} else {
+		b.WriteString(" Passcode:\"\"")
+	}
+	if c.VirtualHost != "" {
+		fmt.Fprintf(&b, " VirtualHost:%q", c.VirtualHost)
+	}
+	if c.TLS != nil || c.CAFile != "" || c.CertFile != "" {
+		fmt.Fprintf(&b, " TLS:{custom:%t CAFile:%q CertFile:%q ServerName:%q}", c.TLS != nil, c.CAFile, c.CertFile, c.ServerName)
+	}
+	dests := make([]string, len(c.Subscriptions))
+	for i, s := range c.Subscriptions {
+		dests[i] = s.Destination
+	}
+	fmt.Fprintf(&b, " Subscriptions:%v Prefetch:%d Concurrency:%d MaxAttempts:%d", dests, c.Prefetch, c.Concurrency, c.MaxAttempts)
+	fmt.Fprintf(&b, " ConnectRetries:%d HeartBeat:%v DeadLetterDestination:%q KeyHeader:%q Store:%t}",
+		c.ConnectRetries, c.HeartBeat, c.DeadLetterDestination, c.KeyHeader, c.Store != nil)
+	return b.String()
+}
+
+// GoString redacts like String, so %#v does not print the passcode either.
+func (c Config) GoString() string { return c.String() }
+
+// Format makes every verb (%v, %+v, %#v, %s, %q) print the redacted String.
+func (c Config) Format(f fmt.State, verb rune) {
+	s := c.String()
+	if verb == 'q' {
+		s = fmt.Sprintf("%q", s)
+	}
+	_, _ = f.Write([]byte(s))
+}
+
+// redactor removes secrets from text headed for a log line or an error.
+type redactor struct{ secrets []string }
+
+func newRedactor(secrets ...string) redactor {
+	var r redactor
+	for _, s := range secrets {
+		if s != "" {
+			r.secrets = append(r.secrets, s)
+		}
+	}
+	return r
+}
+
+func (r redactor) String(s string) string {
+	for _, p := range r.secrets {
+		s = strings.ReplaceAll(s, p, "xxxxx")
+	}
+	return s
+}
+
+// redactedError keeps the chain of err (errors.Is and As still work) but
+// prints its message with the secrets replaced.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+func (r redactor) Error(err error) error {
+	if err == nil || len(r.secrets) == 0 {
+		return err
+	}
+	msg := err.Error()
+	clean := r.String(msg)
+	if clean == msg {
+		return err
+	}
+	return &redactedError{msg: clean, err: err}
+}
+
+// nopLogger returns a logger that discards everything.
+func nopLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

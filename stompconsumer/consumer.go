@@ -1,0 +1,740 @@
+package stompconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/acemq/msgaudit/receiver"
+	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
+)
+
+// Consumer consumes STOMP subscriptions through the duplicate pipeline of
+// package receiver. Create it with New and start it with Run.
+type Consumer struct {
+	cfg     Config
+	dial    *dialer
+	rcv     *receiver.Receiver
+	metrics *receiver.Metrics
+	log     *slog.Logger
+	red     redactor
+	subs    []Subscription
+	running atomic.Bool
+	gen     atomic.Uint64
+	st      stats
+}
+
+// stats are the transport's own counters (the receiver counts the rest).
+type stats struct {
+	connects, reconnects, connectErrors       atomic.Uint64
+	retriesSent, deadLettersSent, oversized   atomic.Uint64
+	dropped, ackErrors, staleAcks, localRetry atomic.Uint64
+}
+
+// Stats is a snapshot of the transport counters. The duplicate pipeline's
+// counters (delivered, processed, duplicates by reason, handler errors,
+// store latency) are in Consumer.Metrics.
+type Stats struct {
+	// Connects counts successful connections (the first one included);
+	// Reconnects those after a connection loss; ConnectErrors failed
+	// attempts.
+	Connects, Reconnects, ConnectErrors uint64
+	// RetriesSent counts retry copies committed with the original's ACK;
+	// LocalRetries counts retries run in place (topics).
+	RetriesSent, LocalRetries uint64
+	// DeadLettersSent counts dead-letter copies committed with the
+	// original's ACK.
+	DeadLettersSent uint64
+	// Oversized counts frames cut for exceeding MaxHeaderBytes or
+	// MaxBodyBytes (returned to the broker with NACK).
+	Oversized uint64
+	// Dropped counts received deliveries never processed because their
+	// connection was lost or the consumer stopped; the broker sends them
+	// again.
+	Dropped uint64
+	// StaleAcks counts acknowledgements not sent because the delivery's
+	// connection had been lost (its ack id is meaningless on any other).
+	StaleAcks uint64
+	// AckErrors counts ACK/transaction failures (each ends the connection).
+	AckErrors uint64
+	// Generation is the number of the current (or last) connection.
+	Generation uint64
+}
+
+// New validates cfg and returns a Consumer. It does not connect.
+func New(cfg Config) (*Consumer, error) {
+	if len(cfg.Addresses) == 0 {
+		return nil, fmt.Errorf("%w: no Addresses", ErrConfig)
+	}
+	if len(cfg.Subscriptions) == 0 {
+		return nil, fmt.Errorf("%w: no Subscriptions", ErrConfig)
+	}
+	eps := make([]endpoint, len(cfg.Addresses))
+	for i, a := range cfg.Addresses {
+		ep, err := parseAddress(a)
+		if err != nil {
+			return nil, err
+		}
+		eps[i] = ep
+	}
+	tc, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = DefaultPrefetch
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.ConnectRetries == 0 {
+		cfg.ConnectRetries = DefaultConnectRetries
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.HeartBeat == 0 {
+		cfg.HeartBeat = DefaultHeartBeat
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.DeadLetterDestination == "" {
+		cfg.DeadLetterDestination = DefaultDeadLetter
+	}
+	if cfg.KeyHeader == "" {
+		cfg.KeyHeader = frame.MessageId
+	}
+	cfg.RetryBackoff = cfg.RetryBackoff.withDefaults(100*time.Millisecond, 5*time.Second, 0.2)
+	cfg.ReconnectBackoff = cfg.ReconnectBackoff.withDefaults(100*time.Millisecond, 10*time.Second, 0.5)
+
+	red := newRedactor(cfg.Passcode)
+	for _, ep := range eps {
+		red = newRedactor(append(red.secrets, ep.passcode)...)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = nopLogger()
+	}
+	log = slog.New(redactingHandler{h: log.Handler(), red: red})
+
+	subs := make([]Subscription, len(cfg.Subscriptions))
+	names := make(map[string]bool)
+	for i, s := range cfg.Subscriptions {
+		if s.Destination == "" || s.Destination[0] != '/' {
+			return nil, fmt.Errorf("%w: subscription %d: destination %q must start with /queue/, /topic/, /temp-queue/ or /temp-topic/", ErrConfig, i, s.Destination)
+		}
+		if s.Handler == nil {
+			return nil, fmt.Errorf("%w: subscription %d (%s): nil Handler", ErrConfig, i, s.Destination)
+		}
+		if s.Name == "" {
+			s.Name = s.Destination
+		}
+		if names[s.Name] {
+			return nil, fmt.Errorf("%w: two subscriptions named %q (set Subscription.Name)", ErrConfig, s.Name)
+		}
+		names[s.Name] = true
+		if s.Concurrency <= 0 {
+			s.Concurrency = cfg.Concurrency
+		}
+		if s.Prefetch <= 0 {
+			s.Prefetch = cfg.Prefetch
+		}
+		subs[i] = s
+	}
+
+	c := &Consumer{cfg: cfg, log: log, red: red, subs: subs}
+	c.dial = &dialer{endpoints: eps, tls: tc, login: cfg.Login, passcode: cfg.Passcode, vhost: cfg.VirtualHost,
+		clientID: cfg.ClientID, heartBeat: cfg.HeartBeat, timeout: cfg.ConnectTimeout,
+		maxHeader: cfg.MaxHeaderBytes, maxBody: cfg.MaxBodyBytes, keep: []string{cfg.KeyHeader}, log: log, red: red}
+
+	if cfg.Receiver != nil {
+		c.rcv = cfg.Receiver
+	} else {
+		audit := cfg.Audit
+		if audit == nil {
+			if audit, err = defaultAudit(); err != nil {
+				return nil, err
+			}
+		}
+		var kf receiver.KeyFunc
+		if cfg.KeyFunc != nil {
+			kf = CarriedKey(cfg.KeyFunc)
+		}
+		c.rcv, err = receiver.New(receiver.Config{
+			Audit:       audit,
+			Store:       cfg.Store,
+			Namespace:   cfg.Namespace,
+			KeyFunc:     kf,
+			MissingKey:  cfg.MissingKey,
+			Duplicates:  cfg.DuplicatePolicy,
+			OnDuplicate: cfg.OnDuplicate,
+			MaxAttempts: cfg.MaxAttempts,
+			Backoff:     func(attempt int) time.Duration { return cfg.RetryBackoff.Delay(attempt - 1) },
+			Metrics:     cfg.Metrics,
+			Logger:      log,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	c.metrics = c.rcv.Metrics()
+	return c, nil
+}
+
+// CarriedKey wraps a key function so that a copy this package resent (a
+// retry or a dead letter) is keyed by the key it carries in
+// receiver.HeaderOriginalKey, and every other delivery by f.
+func CarriedKey(f receiver.KeyFunc) receiver.KeyFunc {
+	return func(m *receiver.Message) (string, error) {
+		if k := m.Headers[receiver.HeaderOriginalKey]; k != "" {
+			return k, nil
+		}
+		return f(m)
+	}
+}
+
+// Receiver returns the duplicate pipeline the consumer runs.
+func (c *Consumer) Receiver() *receiver.Receiver { return c.rcv }
+
+// Metrics returns the pipeline's counters (expose them with
+// Metrics().Collector("stomp")).
+func (c *Consumer) Metrics() *receiver.Metrics { return c.metrics }
+
+// Stats returns a snapshot of the transport counters.
+func (c *Consumer) Stats() Stats {
+	return Stats{
+		Connects: c.st.connects.Load(), Reconnects: c.st.reconnects.Load(), ConnectErrors: c.st.connectErrors.Load(),
+		RetriesSent: c.st.retriesSent.Load(), LocalRetries: c.st.localRetry.Load(),
+		DeadLettersSent: c.st.deadLettersSent.Load(), Oversized: c.st.oversized.Load(),
+		Dropped: c.st.dropped.Load(), StaleAcks: c.st.staleAcks.Load(), AckErrors: c.st.ackErrors.Load(),
+		Generation: c.gen.Load(),
+	}
+}
+
+// Run connects, subscribes and consumes until ctx is cancelled, then stops
+// gracefully and returns nil: it stops dispatching, lets in-flight
+// handlers finish (for at most ShutdownTimeout, after which their context
+// is cancelled), acknowledges them, unsubscribes and disconnects.
+// Deliveries received but not started are not acknowledged; the broker
+// sends them again.
+//
+// A lost connection is not an error: Run reconnects to the next address
+// with ReconnectBackoff and resubscribes. Run returns an error wrapping
+// ErrConnect when no broker answers within ConnectRetries attempts at
+// start, ErrRejected when a broker refuses the CONNECT (credentials) and
+// ErrTLS when a certificate fails verification; those two are never
+// retried. A Consumer runs once at a time (ErrRunning).
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
+
+	// Handlers outlive ctx by up to ShutdownTimeout.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	stopGrace := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(c.cfg.ShutdownTimeout, hcancel)
+		context.AfterFunc(hctx, func() { t.Stop() })
+	})
+	defer stopGrace()
+
+	var old sync.WaitGroup // workers of lost connections still finishing
+	defer old.Wait()
+
+	cn, idx, err := c.connect(ctx, 0, c.cfg.ConnectRetries, false)
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrRejected) && !errors.Is(err, ErrTLS) {
+			return nil
+		}
+		return err
+	}
+	for {
+		s := c.newSession(cn, hctx)
+		lost := s.run(ctx)
+		if lost == nil {
+			return nil
+		}
+		old.Add(1)
+		go func() { defer old.Done(); s.finish() }()
+		c.log.Warn("stompconsumer: connection lost; reconnecting", "address", cn.ep.String(),
+			"generation", s.gen, "err", lost)
+		cn, idx, err = c.connect(ctx, idx+1, -1, true)
+		if err != nil {
+			if ctx.Err() != nil && !errors.Is(err, ErrRejected) && !errors.Is(err, ErrTLS) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// connect tries the endpoints in rotation from index start; retries < 0
+// means until ctx is done. Between rounds over the address list it waits
+// ReconnectBackoff. Permanent errors (rejected CONNECT, certificate) end
+// the loop at once.
+func (c *Consumer) connect(ctx context.Context, start, retries int, reconnect bool) (*conn, int, error) {
+	eps := c.dial.endpoints
+	var last error
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			if last == nil {
+				last = err
+			}
+			return nil, 0, fmt.Errorf("%w: cancelled: %w", ErrConnect, last)
+		}
+		i := (start + attempt) % len(eps)
+		cn, err := c.dial.dial(ctx, eps[i])
+		if err == nil {
+			c.st.connects.Add(1)
+			if reconnect {
+				c.st.reconnects.Add(1)
+				c.metrics.Reconnects.Add(1)
+			}
+			c.log.Info("stompconsumer: connected", "address", eps[i].String(), "session", cn.stomp.Session(),
+				"server", cn.stomp.Server(), "reconnect", reconnect)
+			return cn, i, nil
+		}
+		c.st.connectErrors.Add(1)
+		last = err
+		if permanent(err) {
+			c.log.Error("stompconsumer: connection refused for good; not retrying", "address", eps[i].String(), "err", err)
+			return nil, 0, err
+		}
+		c.log.Warn("stompconsumer: connect failed", "address", eps[i].String(), "attempt", attempt+1, "err", err)
+		if retries >= 0 && attempt >= retries {
+			addrs := make([]string, len(eps))
+			for j, ep := range eps {
+				addrs[j] = ep.String()
+			}
+			return nil, 0, fmt.Errorf("%w after %d attempts to %v: %w", ErrConnect, attempt+1, addrs, err)
+		}
+		if (attempt+1)%len(eps) == 0 {
+			sleep(ctx, c.cfg.ReconnectBackoff.Delay((attempt+1)/len(eps)-1))
+		}
+	}
+}
+
+// delivery is one MESSAGE received on one connection.
+type delivery struct {
+	msg *stomp.Message
+	cut string // why the limiter cut the frame, "" if it did not
+}
+
+// session is one connection and its subscriptions (one generation).
+type session struct {
+	c     *Consumer
+	gen   uint64
+	cn    *conn
+	hctx  context.Context // handlers' context (outlives Run's ctx by ShutdownTimeout)
+	subs  []*subRun
+	lost  chan struct{} // closed when the connection is lost
+	stop  chan struct{} // closed when a graceful stop begins
+	once  sync.Once
+	err   error
+	dead  atomic.Bool
+	wk    sync.WaitGroup // workers
+	rd    sync.WaitGroup // readers
+	stopO sync.Once
+}
+
+// subRun is one subscription on one session.
+type subRun struct {
+	s     *session
+	cfg   Subscription
+	sub   *stomp.Subscription
+	q     *fifo
+	topic bool
+}
+
+func (c *Consumer) newSession(cn *conn, hctx context.Context) *session {
+	return &session{c: c, gen: c.gen.Add(1), cn: cn, hctx: hctx,
+		lost: make(chan struct{}), stop: make(chan struct{})}
+}
+
+// run subscribes and consumes until ctx is done (graceful stop, returns
+// nil) or the connection is lost (returns why).
+func (s *session) run(ctx context.Context) error {
+	for i, cfg := range s.c.subs {
+		opts := []func(*frame.Frame) error{
+			stomp.SubscribeOpt.Id("msgaudit-" + strconv.Itoa(i)),
+			stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(cfg.Prefetch)),
+		}
+		if cfg.Selector != "" {
+			opts = append(opts, stomp.SubscribeOpt.Header("selector", cfg.Selector))
+		}
+		for k, v := range cfg.Headers {
+			opts = append(opts, stomp.SubscribeOpt.Header(k, v))
+		}
+		sub, err := s.cn.stomp.Subscribe(cfg.Destination, stomp.AckClientIndividual, opts...)
+		if err != nil {
+			s.fail(fmt.Errorf("subscribe %s: %w", cfg.Destination, err))
+			break
+		}
+		sr := &subRun{s: s, cfg: cfg, sub: sub, q: newFIFO(), topic: isTopic(cfg.Destination)}
+		s.subs = append(s.subs, sr)
+		s.rd.Add(1)
+		go sr.read()
+		for range cfg.Concurrency {
+			s.wk.Add(1)
+			go sr.work()
+		}
+	}
+	select {
+	case <-s.lost:
+		return s.err
+	case <-ctx.Done():
+	}
+	s.shutdown()
+	return nil
+}
+
+// fail marks the connection lost (once): queued deliveries are dropped,
+// the socket is closed, workers finish what they run without acknowledging.
+func (s *session) fail(err error) {
+	s.once.Do(func() {
+		s.err = s.c.red.Error(fmt.Errorf("%w: %w", ErrConnectionLost, err))
+		s.dead.Store(true)
+		close(s.lost)
+		for _, sr := range s.subs {
+			s.c.st.dropped.Add(uint64(sr.q.close()))
+		}
+		_ = s.cn.stomp.MustDisconnect()
+		_ = s.cn.net.Close()
+	})
+}
+
+// finish waits for a lost session's workers (their handlers complete and
+// settle with the pipeline; nothing is acknowledged) and, briefly, its
+// readers.
+func (s *session) finish() {
+	s.wk.Wait()
+	waitTimeout(&s.rd, readerWait)
+}
+
+// readerWait bounds the wait for a subscription reader to see its channel
+// closed. go-stomp v3.1.3 can leave a subscription channel open when its
+// connection's loop is stuck delivering a late RECEIPT nobody waits for;
+// such a reader holds nothing (its queue is closed) and is abandoned.
+const readerWait = 5 * time.Second
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// shutdown is the graceful stop: stop dispatching, wait for in-flight
+// handlers (and their ACKs), unsubscribe, disconnect.
+func (s *session) shutdown() {
+	s.stopO.Do(func() { close(s.stop) })
+	for _, sr := range s.subs {
+		s.c.st.dropped.Add(uint64(sr.q.close()))
+	}
+	s.wk.Wait()
+	if !s.dead.Load() {
+		// ACKs sent after UNSUBSCRIBE are silently ignored by ActiveMQ, so
+		// every in-flight delivery was settled above first.
+		for _, sr := range s.subs {
+			if err := sr.sub.Unsubscribe(); err != nil && !s.dead.Load() {
+				s.c.log.Warn("stompconsumer: unsubscribe failed", "destination", sr.cfg.Destination, "err", s.c.red.Error(err))
+			}
+		}
+		if err := s.cn.stomp.Disconnect(); err != nil {
+			s.c.log.Warn("stompconsumer: disconnect failed", "err", s.c.red.Error(err))
+		}
+	}
+	s.dead.Store(true)
+	_ = s.cn.net.Close()
+	waitTimeout(&s.rd, readerWait)
+	s.c.log.Info("stompconsumer: stopped", "generation", s.gen)
+}
+
+// read moves deliveries from go-stomp to the queue, never blocking.
+func (sr *subRun) read() {
+	s := sr.s
+	defer s.rd.Done()
+	for m := range sr.sub.C {
+		if m.Err != nil {
+			select {
+			case <-s.stop:
+			default:
+				s.fail(m.Err)
+			}
+			continue
+		}
+		d := &delivery{msg: m}
+		if ack := m.Header.Get(frame.Ack); ack != "" {
+			d.cut, _ = s.cn.lim.takeCut(ack)
+		}
+		if !sr.q.push(d) {
+			s.c.st.dropped.Add(1)
+		}
+	}
+	// The channel closes after UNSUBSCRIBE's receipt or with the connection.
+	select {
+	case <-s.stop:
+	default:
+		s.fail(errors.New("subscription closed"))
+	}
+}
+
+// work runs deliveries through the pipeline, one at a time.
+func (sr *subRun) work() {
+	defer sr.s.wk.Done()
+	for {
+		d, ok := sr.q.pop()
+		if !ok {
+			return
+		}
+		sr.handle(d)
+	}
+}
+
+// handle processes one delivery and settles it with the broker.
+func (sr *subRun) handle(d *delivery) {
+	s, c := sr.s, sr.s.c
+	if s.dead.Load() {
+		c.st.dropped.Add(1)
+		return
+	}
+	m := c.message(sr, d)
+	if d.cut != "" {
+		// Over a frame limit: the broker still has the full message, so it
+		// gets it back as a poison ack (ActiveMQ: to its DLQ intact).
+		c.st.oversized.Add(1)
+		c.log.Warn("stompconsumer: frame over the size limits returned to the broker with NACK",
+			"destination", m.Destination, "message-id", d.msg.Header.Get(frame.MessageId), "reason", d.cut)
+		if err := s.settle(d, func() error { return d.msg.Conn.Nack(d.msg) }); err != nil {
+			c.log.Warn("stompconsumer: NACK failed", "err", err)
+		}
+		return
+	}
+	for {
+		res := c.rcv.Process(s.hctx, m, sr.cfg.Handler)
+		switch res.Action {
+		case receiver.Ack:
+			_ = s.settle(d, func() error { return d.msg.Conn.Ack(d.msg) })
+			return
+		case receiver.DeadLetter:
+			s.deadLetter(d, m, res)
+			return
+		default: // Requeue (and anything unknown: never acknowledge the unknown)
+			if !s.wait(res.RetryAfter) && s.dead.Load() {
+				return // the broker sends it again
+			}
+			if sr.topic {
+				// A copy sent to a topic would reach every subscriber:
+				// retry in place instead.
+				select {
+				case <-s.stop:
+					return // not acknowledged: see Run
+				default:
+				}
+				c.st.localRetry.Add(1)
+				continue
+			}
+			s.requeue(d, m, res)
+			return
+		}
+	}
+}
+
+// wait sleeps d unless the session stops or is lost first; it reports
+// whether the full delay elapsed.
+func (s *session) wait(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.stop:
+	case <-s.lost:
+	}
+	return false
+}
+
+// settle sends an acknowledgement-like frame for d unless d's connection is
+// gone; a failure ends the connection (everything unacknowledged comes
+// back), so a delivery can never stay unacknowledged on a live connection.
+func (s *session) settle(d *delivery, send func() error) error {
+	if s.dead.Load() {
+		s.c.st.staleAcks.Add(1)
+		return nil
+	}
+	if err := send(); err != nil {
+		s.c.st.ackErrors.Add(1)
+		s.fail(fmt.Errorf("acknowledge: %w", err))
+		return err
+	}
+	return nil
+}
+
+// requeue sends a retry copy of d to its destination and acknowledges d in
+// one transaction.
+func (s *session) requeue(d *delivery, m *receiver.Message, res receiver.Result) {
+	h := copyHeaders(d.msg.Header)
+	h[receiver.HeaderOriginalKey] = m.IdempotencyKey()
+	attempts := res.Attempt // the attempts made, this one included
+	if !res.Ran {
+		attempts-- // deferred without running: not an attempt
+		n, _ := strconv.Atoi(h[HeaderRequeues])
+		h[HeaderRequeues] = strconv.Itoa(n + 1)
+	}
+	h[receiver.HeaderAttempts] = strconv.Itoa(max(attempts, 0))
+	h[HeaderRetryReason] = res.Reason
+	if s.resend(d, m.Destination, h) {
+		s.c.st.retriesSent.Add(1)
+	}
+}
+
+// deadLetter sends a copy of d with the reason to the dead-letter
+// destination and acknowledges d in one transaction.
+func (s *session) deadLetter(d *delivery, m *receiver.Message, res receiver.Result) {
+	h := copyHeaders(d.msg.Header)
+	if k := m.IdempotencyKey(); k != "" {
+		h[receiver.HeaderOriginalKey] = k
+	}
+	h[receiver.HeaderDeadLetterReason] = truncate(res.Reason, 1024)
+	h[receiver.HeaderAttempts] = strconv.Itoa(res.Attempt)
+	h[HeaderOriginalDestination] = m.Destination
+	if s.resend(d, s.c.cfg.DeadLetterDestination, h) {
+		s.c.st.deadLettersSent.Add(1)
+	}
+}
+
+// resend commits, in one STOMP transaction, a persistent copy of d's body
+// with headers h to dest and the ACK of d. Either both happen or neither:
+// exactly one live instance of the message exists at every moment. If the
+// outcome is unknown (the connection broke before the receipt), both
+// outcomes keep that: committed (copy queued, original gone) or not
+// (original redelivered, no copy). It reports whether the commit was
+// confirmed.
+func (s *session) resend(d *delivery, dest string, h map[string]string) bool {
+	if s.dead.Load() {
+		s.c.st.staleAcks.Add(1)
+		return false
+	}
+	opts := make([]func(*frame.Frame) error, 0, len(h)+2)
+	for k, v := range h {
+		opts = append(opts, stomp.SendOpt.Header(k, v))
+	}
+	opts = append(opts, stomp.SendOpt.Header("persistent", "true"))
+	if _, ok := d.msg.Header.Contains(frame.ContentLength); !ok && !containsNUL(d.msg.Body) {
+		// Keep a text message a text message on ActiveMQ.
+		opts = append(opts, stomp.SendOpt.NoContentLength)
+	}
+	tx, err := s.cn.stomp.BeginWithError()
+	if err == nil {
+		err = tx.Send(dest, d.msg.ContentType, d.msg.Body, opts...)
+	}
+	if err == nil {
+		err = tx.Ack(d.msg)
+	}
+	if err == nil {
+		err = tx.CommitWithReceipt()
+	}
+	if err != nil {
+		s.c.st.ackErrors.Add(1)
+		s.fail(fmt.Errorf("transaction (send to %s + ack): %w", dest, err))
+		return false
+	}
+	return true
+}
+
+// reserved headers are set by the broker per delivery (or by go-stomp) and
+// never copied onto a resent message.
+var reserved = map[string]bool{
+	frame.MessageId: true, frame.Ack: true, frame.Subscription: true, frame.Destination: true,
+	"redelivered": true, frame.ContentLength: true, frame.ContentType: true, frame.Transaction: true,
+	frame.Receipt: true, frame.ReceiptId: true, "persistent": true,
+}
+
+// copyHeaders returns the first value of every non-reserved header.
+func copyHeaders(fh *frame.Header) map[string]string {
+	h := make(map[string]string, fh.Len())
+	for i := 0; i < fh.Len(); i++ {
+		k, v := fh.GetAt(i)
+		if reserved[k] {
+			continue
+		}
+		if _, dup := h[k]; !dup {
+			h[k] = v
+		}
+	}
+	return h
+}
+
+// message converts a delivery for the receiver.
+func (c *Consumer) message(sr *subRun, d *delivery) *receiver.Message {
+	fh := d.msg.Header
+	h := make(map[string]string, fh.Len())
+	for i := 0; i < fh.Len(); i++ {
+		k, v := fh.GetAt(i)
+		if _, dup := h[k]; !dup {
+			h[k] = v // STOMP 1.2: the first value of a repeated header wins
+		}
+	}
+	m := &receiver.Message{
+		Destination: d.msg.Destination,
+		Consumer:    sr.cfg.Name,
+		Headers:     h,
+		Body:        d.msg.Body,
+		Redelivered: h["redelivered"] == "true",
+		Attempt:     1,
+	}
+	if m.Destination == "" {
+		m.Destination = sr.cfg.Destination
+	}
+	if k := h[receiver.HeaderOriginalKey]; k != "" {
+		m.Key = k
+	} else {
+		m.Key = h[c.cfg.KeyHeader]
+	}
+	if n, err := strconv.Atoi(h[receiver.HeaderAttempts]); err == nil && n > 0 {
+		m.Attempt = n + 1
+	}
+	if ms, err := strconv.ParseInt(h["timestamp"], 10, 64); err == nil && ms > 0 {
+		m.Timestamp = time.UnixMilli(ms)
+	}
+	return m
+}
+
+func containsNUL(b []byte) bool {
+	for _, c := range b {
+		if c == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

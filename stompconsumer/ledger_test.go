@@ -1,0 +1,102 @@
+package stompconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/acemq/msgaudit/receiver"
+)
+
+// ledger is the effect a handler applies: one entry per message, keyed by
+// the producer-chosen body ("n"), like a table with a unique constraint.
+// A second apply of one message is recorded as a double.
+type ledger struct {
+	mu      sync.Mutex
+	applied map[string]int
+	doubles []string
+	calls   atomic.Int64 // handler invocations
+	fails   atomic.Int64 // injected failures
+}
+
+func newLedger() *ledger { return &ledger{applied: make(map[string]int)} }
+
+// apply records the message; it reports false for a double apply.
+func (l *ledger) apply(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.applied[id]++
+	if l.applied[id] > 1 {
+		l.doubles = append(l.doubles, id)
+		return false
+	}
+	return true
+}
+
+func (l *ledger) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.applied)
+}
+
+// handler applies m to the ledger; with probability failP (decided per
+// call) it fails before applying, and with panicP it panics.
+func (l *ledger) handler(failP, panicP float64) receiver.Handler {
+	return func(ctx context.Context, m *receiver.Message) error {
+		l.calls.Add(1)
+		r := rand.Float64()
+		switch {
+		case r < panicP:
+			l.fails.Add(1)
+			panic("injected panic")
+		case r < panicP+failP:
+			l.fails.Add(1)
+			return errors.New("injected failure")
+		}
+		l.apply(string(m.Body))
+		return nil
+	}
+}
+
+// verify checks exactly-once: every id 0..n-1 applied once, none twice.
+func (l *ledger) verify(t *testing.T, n int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	missing := 0
+	var first []string
+	for i := range n {
+		if l.applied[fmt.Sprint(i)] == 0 {
+			missing++
+			if len(first) < 10 {
+				first = append(first, fmt.Sprint(i))
+			}
+		}
+	}
+	if missing > 0 {
+		t.Errorf("lost: %d of %d messages never applied (first: %v)", missing, n, first)
+	}
+	if len(l.doubles) > 0 {
+		t.Errorf("applied twice: %d (first: %v)", len(l.doubles), l.doubles[:min(10, len(l.doubles))])
+	}
+	if len(l.applied) > n {
+		t.Errorf("ledger holds %d entries for %d messages", len(l.applied), n)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
