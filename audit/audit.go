@@ -14,6 +14,10 @@ import (
 type entry struct {
 	bin     bitsetbin.Bin
 	touched uint64
+	// epoch orders the producers of a Sharded audit across shards: 2k when
+	// inserted as the k-th insert, 2k+1 when last checked after the k-th
+	// insert (see budget.clock).
+	epoch uint64
 }
 
 // newEntry returns an entry with an unanchored window of depth d (the ring
@@ -142,13 +146,15 @@ func (a *Audit) IsDuplicate(id string) bool {
 }
 
 // checkKey is the hot path shared by all audit types. ok is false only in
-// a shard of a Sharded audit whose budget is exhausted and that has no
-// producer of its own to evict; the check is then not counted and the
-// caller must obtain a slot and call checkKeyToken.
+// a shard of a Sharded audit whose budget is exhausted; the check is then
+// not counted and the caller must free a slot and call checkKeyToken.
 func (a *Audit) checkKey(key string, seq uint64) (v Verdict, ok bool) {
 	a.st.checks++
 	if e, found := a.lru.Get(key); found {
 		e.touched = a.st.checks
+		if a.budget != nil {
+			e.epoch = a.budget.clock.Load() | 1
+		}
 		v = e.bin.Mark(seq)
 		a.st.verdicts[v&3]++
 		return v, true
@@ -156,12 +162,13 @@ func (a *Audit) checkKey(key string, seq uint64) (v Verdict, ok bool) {
 	return a.checkMiss(key, seq, false)
 }
 
-// checkKeyToken is checkKey for a caller holding a budget slot obtained
-// outside the lock (Sharded). It reports whether the slot was used.
+// checkKeyToken is checkKey for a caller holding a budget slot (Sharded).
+// It reports whether the slot was used; if not, the caller releases it.
 func (a *Audit) checkKeyToken(key string, seq uint64) (v Verdict, used bool) {
 	a.st.checks++
 	if e, found := a.lru.Get(key); found {
 		e.touched = a.st.checks
+		e.epoch = a.budget.clock.Load() | 1
 		v = e.bin.Mark(seq)
 		a.st.verdicts[v&3]++
 		return v, false
@@ -194,9 +201,10 @@ func (a *Audit) checkMiss(key string, seq uint64, token bool) (Verdict, bool) {
 	return v, true
 }
 
-// insert adds a producer, evicting the least recently used one when the
-// cap (or the shared budget) is reached. It returns nil when a shard has
-// no budget and nothing of its own to evict.
+// insert adds a producer. A standalone audit first evicts its least
+// recently used producer when the cap is reached; a shard takes a slot
+// from the shared budget, or returns nil when there is none (the Sharded
+// audit then chooses a victim across shards).
 func (a *Audit) insert(key string, token bool) *entry {
 	switch {
 	case token:
@@ -205,10 +213,7 @@ func (a *Audit) insert(key string, token bool) *entry {
 			a.evictOldest()
 		}
 	case !a.budget.take():
-		if a.lru.Len() == 0 {
-			return nil
-		}
-		a.evictOldest() // its slot passes to the new producer
+		return nil
 	}
 	e := a.spare
 	a.spare = nil
@@ -217,10 +222,22 @@ func (a *Audit) insert(key string, token bool) *entry {
 	} else {
 		e.bin.Reset()
 	}
+	if a.budget != nil {
+		e.epoch = a.budget.clock.Add(2)
+	}
 	// key is usually a substring of the caller's id: clone it so the audit
 	// does not pin the caller's buffer.
 	a.lru.Add(strings.Clone(key), e)
 	return e
+}
+
+// oldestEpoch returns the epoch of the least recently used producer.
+func (a *Audit) oldestEpoch() (uint64, bool) {
+	_, e, ok := a.lru.GetOldest()
+	if !ok {
+		return 0, false
+	}
+	return e.epoch, true
 }
 
 // evictOldest drops the least recently used producer and keeps its entry

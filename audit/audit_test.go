@@ -116,19 +116,17 @@ func TestActiveMQRows(t *testing.T) {
 				t.Fatalf("Len = %d", a.Len())
 			}
 		})
-		if k.exactLRU {
-			t.Run("A7 eviction loses history", func(t *testing.T) {
-				a := mustMake(t, k, audit.Options{MaxProducers: 2})
-				runSteps(t, a, []step{{"p1:1", N}, {"p2:1", N}, {"p3:1", N}, {"p1:1", N}, {"p1:1", D}, {"p3:1", D}, {"p2:1", N}})
-				if st := a.Stats(); st.Evictions != 3 {
-					t.Fatalf("Evictions = %d, want 3", st.Evictions)
-				}
-			})
-			t.Run("A8 a check refreshes recency", func(t *testing.T) {
-				a := mustMake(t, k, audit.Options{MaxProducers: 2})
-				runSteps(t, a, []step{{"p1:1", N}, {"p2:1", N}, {"p1:2", N}, {"p3:1", N}, {"p1:1", D}, {"p2:1", N}})
-			})
-		}
+		t.Run("A7 eviction loses history", func(t *testing.T) {
+			a := mustMake(t, k, audit.Options{MaxProducers: 2})
+			runSteps(t, a, []step{{"p1:1", N}, {"p2:1", N}, {"p3:1", N}, {"p1:1", N}, {"p1:1", D}, {"p3:1", D}, {"p2:1", N}})
+			if st := a.Stats(); st.Evictions != 3 {
+				t.Fatalf("Evictions = %d, want 3", st.Evictions)
+			}
+		})
+		t.Run("A8 a check refreshes recency", func(t *testing.T) {
+			a := mustMake(t, k, audit.Options{MaxProducers: 2})
+			runSteps(t, a, []step{{"p1:1", N}, {"p2:1", N}, {"p1:2", N}, {"p3:1", N}, {"p1:1", D}, {"p2:1", N}})
+		})
 		t.Run("A10 rollback", func(t *testing.T) {
 			a := mustMake(t, k, audit.Options{})
 			runSteps(t, a, []step{{"p:7", N}})
@@ -321,7 +319,7 @@ func TestFixedQuirks(t *testing.T) {
 			runSteps(t, a, []step{{"p:1", N}, {"p:1000000000000", N}, {"p:1000000000000", D}, {"p:1", O},
 				{"q:0", N}, {"q:274877907264", N}, {"q:320", O}, {"r:0", N}, {fmt.Sprintf("r:%d", uint64(math.MaxUint64-1)), N}, {"r:0", O}})
 		})
-		if k.exactLRU {
+		{
 			t.Run("A15 shrinking keeps the most recently used", func(t *testing.T) {
 				a := mustMake(t, k, audit.Options{})
 				for i := 1; i <= 5; i++ {
@@ -334,13 +332,14 @@ func TestFixedQuirks(t *testing.T) {
 				if err := a.SetMaxProducers(10); err != nil { // growing keeps all
 					t.Fatal(err)
 				}
-				runSteps(t, a, []step{{"p5:1", D}, {"p3:1", D}})
-				if st := a.Stats(); st.Evictions != 4 || a.MaxProducers() != 10 {
+				// (Which of p4 and p5 made room for p3 is a tie in Sharded:
+				// both were checked since the same insert.)
+				runSteps(t, a, []step{{"p3:1", D}})
+				if st := a.Stats(); st.Evictions != 4 || a.MaxProducers() != 10 || a.Len() != 2 {
 					t.Fatalf("%+v, max %d", st, a.MaxProducers())
 				}
 			})
-		} else {
-			t.Run("A15 shrinking keeps the cap", func(t *testing.T) {
+			t.Run("shrinking keeps the cap", func(t *testing.T) {
 				a := mustMake(t, k, audit.Options{})
 				for i := 1; i <= 50; i++ {
 					a.CheckKey(fmt.Sprintf("p%d", i), 1)
@@ -399,15 +398,14 @@ func TestEvictionCounters(t *testing.T) {
 		a.CheckKey("y", 1) // evicts hot or x (recent either way)
 		st := a.Stats()
 		wantRecent := st.RecentEvictions == 1
-		if !k.exactLRU {
-			// "Recent" is judged by the evicted producer's shard's checks,
-			// and the victim is chosen per shard.
+		if k.perShard {
+			// "Recent" is judged by the evicted producer's shard's checks.
 			wantRecent = st.RecentEvictions >= 1
 		}
 		if st.Evictions != 2 || !wantRecent || len(got) != 2 {
 			t.Fatalf("Evictions %d, Recent %d, callbacks %v", st.Evictions, st.RecentEvictions, got)
 		}
-		if k.exactLRU && (got[0] != "old/false" || got[1] != "hot/true") {
+		if !strings.HasPrefix(got[0], "old/") || !strings.HasPrefix(got[1], "hot/") || !k.perShard && (got[0] != "old/false" || got[1] != "hot/true") {
 			t.Fatalf("callbacks %v", got)
 		}
 		if err := a.SetMaxProducers(1); err != nil {

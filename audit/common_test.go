@@ -33,21 +33,22 @@ var (
 	_ auditor = (*audit.Sharded)(nil)
 )
 
-// kind builds one audit type. exactLRU is false for a Sharded audit with
-// several shards, whose eviction victims differ from a single LRU.
+// kind builds one audit type. perShard is true for a Sharded audit with
+// several shards: "recent" evictions are judged per shard, and producers
+// checked since the same insert tie in the LRU order.
 type kind struct {
 	name       string
-	exactLRU   bool
+	perShard   bool
 	concurrent bool
 	make       func(o audit.Options) (auditor, error)
 }
 
 var kinds = []kind{
-	{"Audit", true, false, func(o audit.Options) (auditor, error) { return audit.New(o) }},
-	{"Locked", true, true, func(o audit.Options) (auditor, error) { return audit.NewLocked(o) }},
-	{"Sharded/shards=1", true, true, func(o audit.Options) (auditor, error) { return audit.NewSharded(o, 1) }},
-	{"Sharded/shards=4", false, true, func(o audit.Options) (auditor, error) { return audit.NewSharded(o, 4) }},
-	{"Sharded/shards=default", false, true, func(o audit.Options) (auditor, error) { return audit.NewSharded(o, 0) }},
+	{"Audit", false, false, func(o audit.Options) (auditor, error) { return audit.New(o) }},
+	{"Locked", false, true, func(o audit.Options) (auditor, error) { return audit.NewLocked(o) }},
+	{"Sharded/shards=1", false, true, func(o audit.Options) (auditor, error) { return audit.NewSharded(o, 1) }},
+	{"Sharded/shards=4", true, true, func(o audit.Options) (auditor, error) { return audit.NewSharded(o, 4) }},
+	{"Sharded/shards=default", true, true, func(o audit.Options) (auditor, error) { return audit.NewSharded(o, 0) }},
 }
 
 func mustMake(t testing.TB, k kind, o audit.Options) auditor {

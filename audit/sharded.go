@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // MaxShards is the largest shard count NewSharded accepts.
@@ -27,17 +28,23 @@ type shard struct {
 //
 // The producer cap is shared by all shards (the total never exceeds it),
 // so evictions happen exactly when they would in Locked. What differs is
-// which producer is evicted: the least recently used producer of the new
-// producer's shard rather than of the whole audit (or, if that shard has
-// none, the least recently used of the first non-empty shard). Likewise a
-// shrinking SetMaxProducers keeps the most recently used producers of each
-// shard, evicting from the largest shards first; "recent" in
-// Options.OnEvict is judged against the shard's own checks. Checks,
-// verdicts and windows are exactly those of Locked.
+// which producer is evicted. Producers are stamped with an epoch that
+// counts inserts; a new producer evicts, among its own shard and up to 15
+// others whose lock is free at that moment, the least recently used
+// producer with the oldest epoch. With at most 16 shards and no contention
+// that is Locked's victim, except that producers checked since the same
+// insert tie (a tie goes to the new producer's shard, else to the first
+// shard inspected); under contention a busy shard is skipped. A shrinking
+// SetMaxProducers evicts oldest epochs first. "Recent" in Options.OnEvict
+// is judged against the evicted producer's shard's own checks. Verdicts and
+// windows are exactly those of Locked.
 type Sharded struct {
 	shards []shard
 	seed   maphash.Seed
 	budget budget
+	// next is where the next steal starts looking, so that steals spread
+	// over the shards instead of draining the first one.
+	next atomic.Uint64
 	// maxIDLength and onEvict never change after construction.
 	maxIDLength int
 	onEvict     func(string, bool)
@@ -135,38 +142,98 @@ func (s *Sharded) Check(id string) (Verdict, error) {
 	return s.CheckKey(key, seq), nil
 }
 
-// CheckKey is Audit.CheckKey; only the producer's shard is locked (and, to
-// make room when its shard has nothing to evict, one other shard at a time).
+// CheckKey is Audit.CheckKey; only the producer's shard is locked (and,
+// when a new producer needs room, other shards are tried without waiting).
 func (s *Sharded) CheckKey(key string, seq uint64) Verdict {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
 	v, ok := sh.a.checkKey(key, seq)
-	for !ok {
-		// The cap is reached and this shard has no producer to give up:
-		// take a slot from another shard, without holding this lock.
-		sh.mu.Unlock()
-		stolen := s.steal()
-		sh.mu.Lock()
-		if stolen {
-			var used bool
-			if v, used = sh.a.checkKeyToken(key, seq); !used {
-				s.budget.release()
-			}
-			ok = true
-		} else {
-			v, ok = sh.a.checkKey(key, seq)
-		}
+	if !ok {
+		v = s.checkFull(sh, key, seq)
 	}
 	s.unlock(sh)
 	return v
 }
 
-// steal evicts the least recently used producer of the first non-empty
-// shard and keeps its budget slot for the caller. It reports false when
-// every shard was empty (the slots are in flight with other callers).
+// maxCandidates bounds how many other shards a new producer inspects for
+// the oldest victim when the cap is reached.
+const maxCandidates = 15
+
+// checkFull inserts key into sh (locked) when the budget is exhausted: it
+// evicts the least recently used producer of whichever shard holds the
+// oldest one (by insert epoch) among sh and up to maxCandidates others that
+// can be locked without waiting, and gives its slot to key. It returns with
+// sh locked; evictions of other shards are queued on sh for reporting.
+func (s *Sharded) checkFull(sh *shard, key string, seq uint64) Verdict {
+	for {
+		if victim := s.pickVictim(sh); victim != nil {
+			victim.a.evictOldest()
+			if victim != sh {
+				sh.a.pending = append(sh.a.pending, victim.a.takePending()...)
+				victim.mu.Unlock()
+			}
+			v, used := sh.a.checkKeyToken(key, seq)
+			if !used {
+				s.budget.release()
+			}
+			return v
+		}
+		// sh is empty and every other shard was busy: wait for one,
+		// without holding sh.
+		sh.mu.Unlock()
+		stolen := s.steal()
+		sh.mu.Lock()
+		if stolen {
+			v, used := sh.a.checkKeyToken(key, seq)
+			if !used {
+				s.budget.release()
+			}
+			return v
+		}
+		if v, ok := sh.a.checkKey(key, seq); ok {
+			return v
+		}
+	}
+}
+
+// pickVictim returns the shard whose least recently used producer is the
+// oldest among sh (locked by the caller) and the other shards it can lock
+// without waiting, or nil if none of them has a producer. A returned shard
+// other than sh is left locked.
+func (s *Sharded) pickVictim(sh *shard) *shard {
+	var best *shard
+	var bestEpoch uint64
+	if ep, ok := sh.a.oldestEpoch(); ok {
+		best, bestEpoch = sh, ep
+	}
+	n := uint64(len(s.shards))
+	start := s.next.Add(1)
+	for i := range min(n, maxCandidates+1) {
+		o := &s.shards[(start+i)%n]
+		if o == sh || !o.mu.TryLock() {
+			continue
+		}
+		if ep, ok := o.a.oldestEpoch(); ok && (best == nil || ep < bestEpoch) {
+			if best != nil && best != sh {
+				best.mu.Unlock()
+			}
+			best, bestEpoch = o, ep
+			continue
+		}
+		o.mu.Unlock()
+	}
+	return best
+}
+
+// steal evicts the least recently used producer of a non-empty shard
+// (tried round-robin, waiting for each lock) and keeps its budget slot for
+// the caller, who holds no lock. It reports false when every shard was
+// empty (the slots are in flight with other callers).
 func (s *Sharded) steal() bool {
-	for i := range s.shards {
-		o := &s.shards[i]
+	n := uint64(len(s.shards))
+	start := s.next.Add(1)
+	for i := range n {
+		o := &s.shards[(start+i)%n]
 		o.mu.Lock()
 		if o.a.lru.Len() > 0 {
 			o.a.evictOldest()
@@ -294,8 +361,8 @@ func (s *Sharded) SetDepth(d int) error {
 }
 
 // SetMaxProducers changes the shared cap without clearing. Shrinking
-// evicts the least recently used producer of the largest shard until the
-// total fits; growing keeps every producer.
+// evicts the producers with the oldest epochs (each shard's least recently
+// used first) until the total fits; growing keeps every producer.
 func (s *Sharded) SetMaxProducers(n int) error {
 	n, err := checkMaxProducers(n)
 	if err != nil {
@@ -305,16 +372,18 @@ func (s *Sharded) SetMaxProducers(n int) error {
 	defer s.unlockAll()
 	s.budget.cap.Store(int64(n))
 	for s.budget.inUse.Load() > int64(n) {
-		big := &s.shards[0]
+		var victim *Audit
+		var oldest uint64
 		for i := range s.shards {
-			if s.shards[i].a.lru.Len() > big.a.lru.Len() {
-				big = &s.shards[i]
+			a := s.shards[i].a
+			if ep, ok := a.oldestEpoch(); ok && (victim == nil || ep < oldest) {
+				victim, oldest = a, ep
 			}
 		}
-		if big.a.lru.Len() == 0 {
+		if victim == nil {
 			break // only in-flight slots are left; their callers insert
 		}
-		big.a.evictOldest()
+		victim.evictOldest()
 		s.budget.release()
 	}
 	for i := range s.shards {
@@ -336,21 +405,39 @@ func (s *Sharded) Stats() Stats {
 }
 
 // MarshalBinary encodes the audit like Audit.MarshalBinary, with all
-// shards locked. Producers are written shard by shard, each shard least
-// recently used first.
+// shards locked. The shards' LRU lists are merged by epoch, so the snapshot
+// lists producers least recently used first across the whole audit (ties
+// between producers checked since the same insert in shard order).
 func (s *Sharded) MarshalBinary() ([]byte, error) {
 	s.lockAll()
 	defer s.unlockAll()
 	first := s.shards[0].a
+	lists := make([][]string, len(s.shards))
 	count := 0
 	for i := range s.shards {
-		count += s.shards[i].a.lru.Len()
+		lists[i] = s.shards[i].a.lru.Keys()
+		count += len(lists[i])
 	}
 	dst := make([]byte, 0, 16+count*(64+first.cfg.depth/8))
 	dst = appendHeader(dst, first.cfg.depth, first.cfg.maxProducers, count)
-	for i := range s.shards {
+	for range count {
+		// k-way merge: each list is oldest first with non-decreasing epochs.
+		var best int = -1
+		var bestEpoch uint64
+		for i, l := range lists {
+			if len(l) == 0 {
+				continue
+			}
+			e, _ := s.shards[i].a.lru.Peek(l[0])
+			if best < 0 || e.epoch < bestEpoch {
+				best, bestEpoch = i, e.epoch
+			}
+		}
+		key := lists[best][0]
+		lists[best] = lists[best][1:]
+		e, _ := s.shards[best].a.lru.Peek(key)
 		var err error
-		if dst, err = s.shards[i].a.appendProducers(dst); err != nil {
+		if dst, err = appendProducer(dst, key, e); err != nil {
 			return nil, err
 		}
 	}
@@ -358,9 +445,9 @@ func (s *Sharded) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes a snapshot (of any audit type) outside the
-// locks, distributes its producers over the shards keeping their relative
-// order, and swaps them in with all shards locked. On error the audit is
-// unchanged.
+// locks, distributes its producers over the shards keeping their order
+// (epochs are assigned in snapshot order), and swaps them in with all
+// shards locked. On error the audit is unchanged.
 func (s *Sharded) UnmarshalBinary(data []byte) error {
 	base := config{maxIDLength: s.maxIDLength, onEvict: s.onEvict}
 	fresh, err := decode(data, base, nil)
@@ -371,17 +458,26 @@ func (s *Sharded) UnmarshalBinary(data []byte) error {
 	for i := range parts {
 		parts[i] = newAudit(fresh.cfg, &s.budget)
 	}
-	for _, key := range fresh.lru.Keys() {
+	keys := fresh.lru.Keys()
+	entries := make([]*entry, len(keys))
+	for i, key := range keys {
 		e, _ := fresh.lru.Peek(key)
+		entries[i] = e
 		parts[maphash.String(s.seed, key)%uint64(len(parts))].lru.Add(key, e)
 	}
 	s.lockAll()
 	defer s.unlockAll()
+	clock := s.budget.clock.Load()
+	for _, e := range entries {
+		clock += 2
+		e.epoch = clock
+	}
+	s.budget.clock.Store(clock)
 	f := s.inFlight()
 	for i := range s.shards {
 		s.shards[i].a.swap(parts[i])
 	}
 	s.budget.cap.Store(int64(fresh.cfg.maxProducers))
-	s.budget.inUse.Store(f + int64(fresh.lru.Len()))
+	s.budget.inUse.Store(f + int64(len(keys)))
 	return nil
 }

@@ -46,12 +46,20 @@ func appendHeader(dst []byte, depth, maxProducers, count int) []byte {
 func (a *Audit) appendProducers(dst []byte) ([]byte, error) {
 	for _, key := range a.lru.Keys() {
 		e, _ := a.lru.Peek(key)
-		dst = binary.AppendUvarint(dst, uint64(len(key)))
-		dst = append(dst, key...)
 		var err error
-		if dst, err = e.bin.AppendBinary(dst); err != nil {
-			return nil, fmt.Errorf("audit: encode window of %q: %w", truncKey(key), err)
+		if dst, err = appendProducer(dst, key, e); err != nil {
+			return nil, err
 		}
+	}
+	return dst, nil
+}
+
+func appendProducer(dst []byte, key string, e *entry) ([]byte, error) {
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	dst = append(dst, key...)
+	dst, err := e.bin.AppendBinary(dst)
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode window of %q: %w", truncKey(key), err)
 	}
 	return dst, nil
 }
