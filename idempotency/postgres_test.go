@@ -36,12 +36,16 @@ func postgresTestURL(t testing.TB) string {
 // call) and statement preparations.
 type pgCounter struct {
 	queries, prepares atomic.Int64
+	noSQL             bool // do not keep the SQL texts (benchmarks)
 	mu                sync.Mutex
 	sqls              []string
 }
 
 func (c *pgCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	c.queries.Add(1)
+	if c.noSQL {
+		return ctx
+	}
 	c.mu.Lock()
 	c.sqls = append(c.sqls, d.SQL)
 	c.mu.Unlock()
