@@ -1,0 +1,155 @@
+package metadata
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// Open returns a store for rawURL:
+//
+//	memory                                  a new Memory store
+//	sqlite:PATH[?table=NAME]                SQLite file at PATH (created, WAL)
+//	redis://[user:pass@]host:port/db[?prefix=P]   Redis (rediss:// for TLS);
+//	                                        other query options as redis.ParseURL
+//	postgres://…[?table=NAME]               PostgreSQL (postgresql:// too; the
+//	                                        usual fields, sslmode, sslrootcert…)
+//
+// The table defaults to DefaultTable and the Redis prefix to
+// DefaultRedisPrefix. Open checks the connection (Redis PING, PostgreSQL and
+// SQLite create the table if missing) so a wrong address or password fails
+// here. Close releases what Open created. Errors never contain the
+// password: Open reports the URL as RedactURL does.
+func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
+	scheme, _, _ := strings.Cut(rawURL, ":")
+	switch strings.ToLower(scheme) {
+	case "memory":
+		return NewMemory(), nil
+	case "sqlite":
+		return openSQLiteURL(ctx, rawURL)
+	case "redis", "rediss":
+		return openRedisURL(ctx, rawURL)
+	case "postgres", "postgresql":
+		return openPostgresURL(ctx, rawURL)
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnsupportedURL, RedactURL(rawURL))
+}
+
+// RedactURL returns rawURL with any password replaced by "xxxxx", for logs
+// and error messages. A string that does not parse as a URL is reduced to
+// its scheme.
+func RedactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		scheme, _, ok := strings.Cut(rawURL, ":")
+		if !ok || strings.ContainsAny(scheme, "/@") {
+			return "(unparsable URL)"
+		}
+		return scheme + ":(unparsable URL)"
+	}
+	if u.Opaque != "" && strings.Contains(u.Opaque, "@") {
+		// "scheme:user:pass@host" parses as opaque: no User to redact.
+		return u.Scheme + ":(redacted)"
+	}
+	q := u.Query()
+	redacted := false
+	for k := range q {
+		if strings.EqualFold(k, "password") || strings.EqualFold(k, "passwd") {
+			q.Set(k, "xxxxx")
+			redacted = true
+		}
+	}
+	if redacted {
+		u.RawQuery = q.Encode()
+	}
+	return u.Redacted()
+}
+
+// cutParam removes the query parameter name from rawURL and returns its
+// value (def when absent) and the URL without it.
+func cutParam(rawURL, name, def string) (value, rest string, err error) {
+	base, query, ok := strings.Cut(rawURL, "?")
+	if !ok {
+		return def, rawURL, nil
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %q: bad query: %v", ErrUnsupportedURL, RedactURL(base), err)
+	}
+	value = def
+	if vs, ok := q[name]; ok {
+		value = vs[len(vs)-1]
+		delete(q, name)
+	}
+	if len(q) == 0 {
+		return value, base, nil
+	}
+	return value, base + "?" + q.Encode(), nil
+}
+
+func openSQLiteURL(ctx context.Context, rawURL string) (StoreCloser, error) {
+	table, rest, err := cutParam(rawURL, "table", DefaultTable)
+	if err != nil {
+		return nil, err
+	}
+	path := rest[len("sqlite:"):]
+	path = strings.TrimPrefix(path, "//")
+	if strings.Contains(path, "?") {
+		return nil, fmt.Errorf("%w: sqlite URL takes only the table parameter: %q", ErrUnsupportedURL, rawURL)
+	}
+	return openSQLite(ctx, path, table)
+}
+
+func openRedisURL(ctx context.Context, rawURL string) (StoreCloser, error) {
+	prefix, rest, err := cutParam(rawURL, "prefix", DefaultRedisPrefix)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := redis.ParseURL(rest)
+	if err != nil {
+		// go-redis errors can quote the URL; report only the redacted one.
+		return nil, fmt.Errorf("%w: %q: cannot parse Redis URL", ErrUnsupportedURL, RedactURL(rawURL))
+	}
+	client := redis.NewClient(opt)
+	s, err := NewRedis(client, prefix)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	s.owned = true
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("metadata: redis %s: %w", RedactURL(rawURL), err)
+	}
+	return s, nil
+}
+
+func openPostgresURL(ctx context.Context, rawURL string) (StoreCloser, error) {
+	table, rest, err := cutParam(rawURL, "table", DefaultTable)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(rest)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: cannot parse PostgreSQL URL", ErrUnsupportedURL, RedactURL(rawURL))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: postgres %s: %w", RedactURL(rawURL), err)
+	}
+	s, err := NewPostgres(pool, table)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.owned = true
+	if err := s.Migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("metadata: postgres %s: %w", RedactURL(rawURL), err)
+	}
+	return s, nil
+}

@@ -1,0 +1,151 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultTable is the table name Open uses for PostgreSQL and SQLite when
+// the URL names none.
+const DefaultTable = "msgaudit_metadata"
+
+// tableName accepts a plain or schema-qualified SQL identifier.
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// quoteTable validates name and returns it quoted for SQL text.
+func quoteTable(name string) (string, error) {
+	if !tableName.MatchString(name) {
+		return "", fmt.Errorf("%w: table %q", ErrInvalidName, name)
+	}
+	return pgx.Identifier(strings.Split(name, ".")).Sanitize(), nil
+}
+
+// Postgres is a Store in one PostgreSQL table (key bytea primary key, value
+// bytea). Every operation is one statement; Replace is a single
+// UPDATE … WHERE value = old, which PostgreSQL re-checks on the newest row
+// version when two updates race, so exactly one of them wins.
+type Postgres struct {
+	pool  *pgxpool.Pool
+	table string // quoted
+	owned bool   // Close closes pool
+
+	getSQL, putSQL, replaceSQL string
+}
+
+var _ StoreCloser = (*Postgres)(nil)
+
+// NewPostgres returns a store on table (plain or schema.table) reached
+// through pool, which the application may share with other work; Close
+// leaves it open. Call Migrate once to create the table.
+func NewPostgres(pool *pgxpool.Pool, table string) (*Postgres, error) {
+	if pool == nil {
+		return nil, errors.New("metadata: NewPostgres: nil pool")
+	}
+	q, err := quoteTable(table)
+	if err != nil {
+		return nil, err
+	}
+	return &Postgres{
+		pool:   pool,
+		table:  q,
+		getSQL: `SELECT value FROM ` + q + ` WHERE key = $1`,
+		// The CTE's INSERT is invisible to the outer SELECT, so the
+		// statement returns (true, value) when it inserted, (false, prev)
+		// when the key was there before the statement began, and no row
+		// when a concurrent insert committed after that: retried.
+		putSQL: `WITH ins AS (INSERT INTO ` + q + ` (key, value) VALUES ($1, $2)
+	ON CONFLICT (key) DO NOTHING RETURNING value)
+SELECT true, value FROM ins
+UNION ALL
+SELECT false, value FROM ` + q + ` WHERE key = $1`,
+		replaceSQL: `UPDATE ` + q + ` SET value = $3, updated_at = now() WHERE key = $1 AND value = $2`,
+	}, nil
+}
+
+// Migrate creates the table if it does not exist. It is idempotent.
+func (s *Postgres) Migrate(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
+	key bytea PRIMARY KEY,
+	value bytea NOT NULL,
+	updated_at timestamptz NOT NULL DEFAULT now()
+)`)
+	if err != nil {
+		return fmt.Errorf("metadata: postgres migrate: %w", err)
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *Postgres) Get(ctx context.Context, key string) (string, bool, error) {
+	sk, err := check(ctx, key)
+	if err != nil {
+		return "", false, err
+	}
+	var v []byte
+	err = s.pool.QueryRow(ctx, s.getSQL, []byte(sk)).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("metadata: postgres get: %w", err)
+	}
+	return string(v), true, nil
+}
+
+// PutIfAbsent implements Store.
+func (s *Postgres) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
+	sk, err := check(ctx, key, value)
+	if err != nil {
+		return "", false, err
+	}
+	for {
+		var (
+			stored bool
+			v      []byte
+		)
+		err = s.pool.QueryRow(ctx, s.putSQL, []byte(sk), []byte(value)).Scan(&stored, &v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Lost an insert race to a transaction that committed after
+			// this statement's snapshot: the next statement sees it.
+			if err := ctx.Err(); err != nil {
+				return "", false, err
+			}
+			continue
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("metadata: postgres put-if-absent: %w", err)
+		}
+		if stored {
+			return "", true, nil
+		}
+		return string(v), false, nil
+	}
+}
+
+// Replace implements Store.
+func (s *Postgres) Replace(ctx context.Context, key, old, new string) (bool, error) {
+	sk, err := check(ctx, key, old, new)
+	if err != nil {
+		return false, err
+	}
+	tag, err := s.pool.Exec(ctx, s.replaceSQL, []byte(sk), []byte(old), []byte(new))
+	if err != nil {
+		return false, fmt.Errorf("metadata: postgres replace: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Close closes the pool if Open created it; a pool passed to NewPostgres is
+// left open.
+func (s *Postgres) Close() error {
+	if s.owned {
+		s.pool.Close()
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultRedisPrefix is the key prefix Open uses for Redis when the URL
+// names none.
+const DefaultRedisPrefix = "msgaudit:meta:"
+
+// Redis is a Store in Redis: one string per key, under a prefix.
+// PutIfAbsent and Replace are Lua scripts, so each is one atomic round trip
+// (and each touches one key, so they work on Redis Cluster).
+type Redis struct {
+	client redis.UniversalClient
+	prefix string
+	owned  bool // Close closes client
+}
+
+var _ StoreCloser = (*Redis)(nil)
+
+// putIfAbsentScript returns {1} when it stored ARGV[1], else {0, prev}.
+var putIfAbsentScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v then return {0, v} end
+redis.call('SET', KEYS[1], ARGV[1])
+return {1}
+`)
+
+// replaceScript sets KEYS[1] to ARGV[2] only if it holds exactly ARGV[1].
+var replaceScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// NewRedis returns a store that keeps its keys under prefix in client (a
+// *redis.Client, *redis.ClusterClient or ring the application already has;
+// Close leaves it open). The prefix must not be empty, so the store never
+// shares keys with other data.
+func NewRedis(client redis.UniversalClient, prefix string) (*Redis, error) {
+	if client == nil {
+		return nil, errors.New("metadata: NewRedis: nil client")
+	}
+	if prefix == "" {
+		return nil, fmt.Errorf("%w: empty Redis prefix", ErrInvalidName)
+	}
+	return &Redis{client: client, prefix: prefix}, nil
+}
+
+// Prefix returns the key prefix.
+func (s *Redis) Prefix() string { return s.prefix }
+
+// Get implements Store.
+func (s *Redis) Get(ctx context.Context, key string) (string, bool, error) {
+	sk, err := check(ctx, key)
+	if err != nil {
+		return "", false, err
+	}
+	v, err := s.client.Get(ctx, s.prefix+sk).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("metadata: redis get: %w", err)
+	}
+	return v, true, nil
+}
+
+// PutIfAbsent implements Store.
+func (s *Redis) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
+	sk, err := check(ctx, key, value)
+	if err != nil {
+		return "", false, err
+	}
+	res, err := putIfAbsentScript.Run(ctx, s.client, []string{s.prefix + sk}, value).Slice()
+	if err != nil {
+		return "", false, fmt.Errorf("metadata: redis put-if-absent: %w", err)
+	}
+	if len(res) == 1 {
+		return "", true, nil
+	}
+	if len(res) != 2 {
+		return "", false, fmt.Errorf("metadata: redis put-if-absent: unexpected reply %v", res)
+	}
+	prev, ok := res[1].(string)
+	if !ok {
+		return "", false, fmt.Errorf("metadata: redis put-if-absent: unexpected reply type %T", res[1])
+	}
+	return prev, false, nil
+}
+
+// Replace implements Store.
+func (s *Redis) Replace(ctx context.Context, key, old, new string) (bool, error) {
+	sk, err := check(ctx, key, old, new)
+	if err != nil {
+		return false, err
+	}
+	n, err := replaceScript.Run(ctx, s.client, []string{s.prefix + sk}, old, new).Int()
+	if err != nil {
+		return false, fmt.Errorf("metadata: redis replace: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Close closes the client if Open created it; a client passed to NewRedis
+// is left open.
+func (s *Redis) Close() error {
+	if s.owned {
+		return s.client.Close()
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package metadata
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go)
+)
+
+// SQLite is a Store in one table of an SQLite database file (key BLOB
+// primary key, value BLOB): the embedded durable backend. SQLite serialises
+// writers, so Replace's UPDATE … WHERE value = old is a compare-and-set even
+// across processes sharing the file.
+type SQLite struct {
+	db    *sql.DB
+	owned bool // Close closes db
+
+	table                         string // quoted
+	getSQL, insertSQL, replaceSQL string
+}
+
+var _ StoreCloser = (*SQLite)(nil)
+
+// OpenSQLite opens (creating if needed) the database file at path in WAL
+// mode with a busy timeout, creates table DefaultTable and returns a store
+// on it. Close closes the database.
+func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
+	return openSQLite(ctx, path, DefaultTable)
+}
+
+func openSQLite(ctx context.Context, path, table string) (*SQLite, error) {
+	if path == "" {
+		return nil, errors.New("metadata: OpenSQLite: empty path")
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("metadata: open sqlite: %w", err)
+	}
+	s, err := NewSQLite(db, table)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.owned = true
+	if err := s.Migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewSQLite returns a store on table in db, a database opened with the
+// "sqlite" driver of modernc.org/sqlite that the application may share;
+// Close leaves it open. Set a busy timeout on db (the _pragma=busy_timeout
+// DSN parameter) when several connections write. Call Migrate once to
+// create the table.
+func NewSQLite(db *sql.DB, table string) (*SQLite, error) {
+	if db == nil {
+		return nil, errors.New("metadata: NewSQLite: nil db")
+	}
+	q, err := quoteTable(table)
+	if err != nil {
+		return nil, err
+	}
+	return &SQLite{
+		db:         db,
+		table:      q,
+		getSQL:     `SELECT value FROM ` + q + ` WHERE key = ?`,
+		insertSQL:  `INSERT INTO ` + q + ` (key, value, updated_at) VALUES (?, ?, unixepoch()) ON CONFLICT (key) DO NOTHING`,
+		replaceSQL: `UPDATE ` + q + ` SET value = ?, updated_at = unixepoch() WHERE key = ? AND value = ?`,
+	}, nil
+}
+
+// Migrate creates the table if it does not exist. It is idempotent.
+func (s *SQLite) Migrate(ctx context.Context) error {
+	_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
+	key BLOB PRIMARY KEY,
+	value BLOB NOT NULL,
+	updated_at INTEGER NOT NULL
+) WITHOUT ROWID`)
+	if err != nil {
+		return fmt.Errorf("metadata: sqlite migrate: %w", err)
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *SQLite) Get(ctx context.Context, key string) (string, bool, error) {
+	sk, err := check(ctx, key)
+	if err != nil {
+		return "", false, err
+	}
+	return s.get(ctx, sk)
+}
+
+func (s *SQLite) get(ctx context.Context, sk string) (string, bool, error) {
+	var v []byte
+	err := s.db.QueryRowContext(ctx, s.getSQL, []byte(sk)).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("metadata: sqlite get: %w", err)
+	}
+	return string(v), true, nil
+}
+
+// PutIfAbsent implements Store. It is an INSERT … ON CONFLICT DO NOTHING
+// and, when that inserted nothing, a read of the value already there.
+func (s *SQLite) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
+	sk, err := check(ctx, key, value)
+	if err != nil {
+		return "", false, err
+	}
+	for {
+		res, err := s.db.ExecContext(ctx, s.insertSQL, []byte(sk), []byte(value))
+		if err != nil {
+			return "", false, fmt.Errorf("metadata: sqlite put-if-absent: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return "", false, fmt.Errorf("metadata: sqlite put-if-absent: %w", err)
+		}
+		if n == 1 {
+			return "", true, nil
+		}
+		prev, ok, err := s.get(ctx, sk)
+		if err != nil {
+			return "", false, err
+		}
+		if ok {
+			return prev, false, nil
+		}
+		// The row went away between the two statements (someone deleted
+		// it by hand): try the insert again.
+	}
+}
+
+// Replace implements Store.
+func (s *SQLite) Replace(ctx context.Context, key, old, new string) (bool, error) {
+	sk, err := check(ctx, key, old, new)
+	if err != nil {
+		return false, err
+	}
+	res, err := s.db.ExecContext(ctx, s.replaceSQL, []byte(new), []byte(sk), []byte(old))
+	if err != nil {
+		return false, fmt.Errorf("metadata: sqlite replace: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("metadata: sqlite replace: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Close closes the database if OpenSQLite or Open opened it; a db passed to
+// NewSQLite is left open.
+func (s *SQLite) Close() error {
+	if s.owned {
+		return s.db.Close()
+	}
+	return nil
+}
