@@ -6,21 +6,32 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/acemq/msgaudit/idempotency"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+)
+
+// Query parameters Open removes from a URL before the driver sees it.
+const (
+	tableParam  = "msgaudit_table"
+	prefixParam = "msgaudit_prefix"
 )
 
 // Open returns a store for rawURL:
 //
 //	memory                                  a new Memory store
-//	sqlite:PATH[?table=NAME]                SQLite file at PATH (created, WAL)
-//	redis://[user:pass@]host:port/db[?prefix=P]   Redis (rediss:// for TLS);
-//	                                        other query options as redis.ParseURL
-//	postgres://…[?table=NAME]               PostgreSQL (postgresql:// too; the
+//	sqlite:PATH[?msgaudit_table=NAME]       SQLite file at PATH (created, WAL)
+//	redis://[user:pass@]host:port/db[?msgaudit_prefix=P]
+//	                                        Redis (rediss:// for TLS); other
+//	                                        query options as redis.ParseURL
+//	postgres://…[?msgaudit_table=NAME]      PostgreSQL (postgresql:// too; the
 //	                                        usual fields, sslmode, sslrootcert…)
 //
-// The table defaults to DefaultTable and the Redis prefix to
-// DefaultRedisPrefix. Open checks the connection (Redis PING, PostgreSQL and
+// The parameter names are those of idempotency.Open. The table defaults to
+// DefaultTable and the Redis prefix to DefaultRedisPrefix. For a TLS
+// configuration a URL cannot express (a custom CA for Redis, a client
+// certificate), build the client or pool yourself and call NewRedis or
+// NewPostgres. Open checks the connection (Redis PING, PostgreSQL and
 // SQLite create the table if missing) so a wrong address or password fails
 // here. Close releases what Open created. Errors never contain the
 // password: Open reports the URL as RedactURL does.
@@ -40,33 +51,13 @@ func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
 }
 
 // RedactURL returns rawURL with any password replaced by "xxxxx", for logs
-// and error messages. A string that does not parse as a URL is reduced to
-// its scheme.
+// and error messages: idempotency.RedactURL, plus the opaque form
+// "scheme:user:pass@host" (no "//"), which is reduced to its scheme.
 func RedactURL(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		scheme, _, ok := strings.Cut(rawURL, ":")
-		if !ok || strings.ContainsAny(scheme, "/@") {
-			return "(unparsable URL)"
-		}
-		return scheme + ":(unparsable URL)"
-	}
-	if u.Opaque != "" && strings.Contains(u.Opaque, "@") {
-		// "scheme:user:pass@host" parses as opaque: no User to redact.
+	if u, err := url.Parse(rawURL); err == nil && u.Opaque != "" && strings.Contains(u.Opaque, "@") {
 		return u.Scheme + ":(redacted)"
 	}
-	q := u.Query()
-	redacted := false
-	for k := range q {
-		if strings.EqualFold(k, "password") || strings.EqualFold(k, "passwd") {
-			q.Set(k, "xxxxx")
-			redacted = true
-		}
-	}
-	if redacted {
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
+	return idempotency.RedactURL(rawURL)
 }
 
 // cutParam removes the query parameter name from rawURL and returns its
@@ -92,7 +83,7 @@ func cutParam(rawURL, name, def string) (value, rest string, err error) {
 }
 
 func openSQLiteURL(ctx context.Context, rawURL string) (StoreCloser, error) {
-	table, rest, err := cutParam(rawURL, "table", DefaultTable)
+	table, rest, err := cutParam(rawURL, tableParam, DefaultTable)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +96,7 @@ func openSQLiteURL(ctx context.Context, rawURL string) (StoreCloser, error) {
 }
 
 func openRedisURL(ctx context.Context, rawURL string) (StoreCloser, error) {
-	prefix, rest, err := cutParam(rawURL, "prefix", DefaultRedisPrefix)
+	prefix, rest, err := cutParam(rawURL, prefixParam, DefaultRedisPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +120,7 @@ func openRedisURL(ctx context.Context, rawURL string) (StoreCloser, error) {
 }
 
 func openPostgresURL(ctx context.Context, rawURL string) (StoreCloser, error) {
-	table, rest, err := cutParam(rawURL, "table", DefaultTable)
+	table, rest, err := cutParam(rawURL, tableParam, DefaultTable)
 	if err != nil {
 		return nil, err
 	}

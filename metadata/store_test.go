@@ -223,13 +223,12 @@ func TestRedactURL(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"redis://user:s3cret@127.0.0.1:6379/0", "redis://user:xxxxx@127.0.0.1:6379/0"},
-		{"rediss://:s3cret@h:6380/1?prefix=p", "rediss://:xxxxx@h:6380/1?prefix=p"},
+		{"rediss://:s3cret@h:6380/1?msgaudit_prefix=p", "rediss://:xxxxx@h:6380/1?msgaudit_prefix=p"},
 		{"postgres://u:s3cret@h/db?sslmode=verify-full", "postgres://u:xxxxx@h/db?sslmode=verify-full"},
 		{"postgres://u@h/db?password=s3cret", "postgres://u@h/db?password=xxxxx"},
 		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
 		{"memory", "memory"},
-		{"postgres://u:s3cret@h:badport/db%zz", "postgres:(unparsable URL)"},
-		{"u:s3cret@h/x y%", "u:(redacted)"},
+		{"u:s3cret@h/x y", "u:(redacted)"},
 		{"redis:u:s3cret@h:6379", "redis:(redacted)"},
 	} {
 		if got := metadata.RedactURL(tc.in); got != tc.want {
@@ -250,18 +249,18 @@ func TestOpen(t *testing.T) {
 	cases := []tc{
 		{"memory", "memory", nil},
 		{"sqlite", "sqlite:" + filepath.Join(dir, "a.db"), nil},
-		{"sqlite-slashes-table", "sqlite://" + filepath.Join(dir, "b.db") + "?table=custom_t", nil},
-		{"sqlite-bad-table", "sqlite:" + filepath.Join(dir, "c.db") + "?table=x-drop", metadata.ErrInvalidName},
+		{"sqlite-slashes-table", "sqlite://" + filepath.Join(dir, "b.db") + "?msgaudit_table=custom_t", nil},
+		{"sqlite-bad-table", "sqlite:" + filepath.Join(dir, "c.db") + "?msgaudit_table=x-drop", metadata.ErrInvalidName},
 		{"unsupported", "mongodb://h/db", metadata.ErrUnsupportedURL},
 		{"empty", "", metadata.ErrUnsupportedURL},
 		{"redis-bad-option", "redis://:pw@127.0.0.1:6379/0?bogus=1", metadata.ErrUnsupportedURL},
-		{"postgres-bad-table", "postgres://postgres@127.0.0.1:1/test?table=a-b", metadata.ErrInvalidName},
+		{"postgres-bad-table", "postgres://postgres@127.0.0.1:1/test?msgaudit_table=a-b", metadata.ErrInvalidName},
 	}
 	if u := os.Getenv("MSGAUDIT_REDIS_URL"); u != "" || os.Getenv("CI") == "true" {
 		u = serviceURL(t, "MSGAUDIT_REDIS_URL")
 		prefix := randomName(t) + ":"
 		t.Cleanup(func() { deletePrefix(t, redisClient(t), prefix) })
-		cases = append(cases, tc{"redis", u + sep(u) + "prefix=" + prefix, nil})
+		cases = append(cases, tc{"redis", u + sep(u) + "msgaudit_prefix=" + prefix, nil})
 	}
 	if u := os.Getenv("MSGAUDIT_POSTGRES_URL"); u != "" || os.Getenv("CI") == "true" {
 		u = serviceURL(t, "MSGAUDIT_POSTGRES_URL")
@@ -269,7 +268,7 @@ func TestOpen(t *testing.T) {
 		t.Cleanup(func() {
 			postgresPool(t).Exec(context.Background(), "DROP TABLE IF EXISTS "+table)
 		})
-		cases = append(cases, tc{"postgres", u + sep(u) + "table=" + table, nil})
+		cases = append(cases, tc{"postgres", u + sep(u) + "msgaudit_table=" + table, nil})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
