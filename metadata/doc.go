@@ -12,6 +12,10 @@
 //     still old (compare-and-set). Of two callers racing to replace the same
 //     old value, exactly one succeeds.
 //
+// Every store here also implements Remover, a compare-and-delete, so a
+// caller can undo a put of its own (the metadata-store selector does when a
+// handler fails).
+//
 // Four backends implement it: Memory (one process), SQLite (embedded,
 // durable; modernc.org/sqlite, no cgo), Redis (one Lua script per
 // operation) and PostgreSQL (one statement per operation). Open builds one

@@ -72,6 +72,24 @@ func (s *Memory) Replace(ctx context.Context, key, old, new string) (bool, error
 	return true, nil
 }
 
+// Remove implements Remover.
+func (s *Memory) Remove(ctx context.Context, key, value string) (bool, error) {
+	sk, err := check(ctx, key, value)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, ErrClosed
+	}
+	if v, ok := s.m[sk]; !ok || v != value {
+		return false, nil
+	}
+	delete(s.m, sk)
+	return true, nil
+}
+
 // Len returns the number of keys stored.
 func (s *Memory) Len() int {
 	s.mu.Lock()

@@ -24,10 +24,19 @@ type Store interface {
 	Replace(ctx context.Context, key, old, new string) (bool, error)
 }
 
+// Remover is implemented by stores that can delete a key, as every store of
+// this package does. Remove is compare-and-delete: it deletes key only if
+// its value is still value, and reports whether it did, so a caller undoing
+// its own put never deletes a value someone else stored since.
+type Remover interface {
+	Remove(ctx context.Context, key, value string) (bool, error)
+}
+
 // StoreCloser is a Store that holds resources (connections, a file); Open
 // returns one.
 type StoreCloser interface {
 	Store
+	Remover
 	io.Closer
 }
 

@@ -35,7 +35,7 @@ type Postgres struct {
 	table string // quoted
 	owned bool   // Close closes pool
 
-	getSQL, putSQL, replaceSQL string
+	getSQL, putSQL, replaceSQL, removeSQL string
 }
 
 var _ StoreCloser = (*Postgres)(nil)
@@ -65,6 +65,7 @@ SELECT true, value FROM ins
 UNION ALL
 SELECT false, value FROM ` + q + ` WHERE key = $1`,
 		replaceSQL: `UPDATE ` + q + ` SET value = $3, updated_at = now() WHERE key = $1 AND value = $2`,
+		removeSQL:  `DELETE FROM ` + q + ` WHERE key = $1 AND value = $2`,
 	}, nil
 }
 
@@ -137,6 +138,19 @@ func (s *Postgres) Replace(ctx context.Context, key, old, new string) (bool, err
 	tag, err := s.pool.Exec(ctx, s.replaceSQL, []byte(sk), []byte(old), []byte(new))
 	if err != nil {
 		return false, fmt.Errorf("metadata: postgres replace: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Remove implements Remover.
+func (s *Postgres) Remove(ctx context.Context, key, value string) (bool, error) {
+	sk, err := check(ctx, key, value)
+	if err != nil {
+		return false, err
+	}
+	tag, err := s.pool.Exec(ctx, s.removeSQL, []byte(sk), []byte(value))
+	if err != nil {
+		return false, fmt.Errorf("metadata: postgres remove: %w", err)
 	}
 	return tag.RowsAffected() == 1, nil
 }

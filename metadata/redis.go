@@ -40,6 +40,15 @@ end
 return 0
 `)
 
+// removeScript deletes KEYS[1] only if it holds exactly ARGV[1].
+var removeScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`)
+
 // NewRedis returns a store that keeps its keys under prefix in client (a
 // *redis.Client, *redis.ClusterClient or ring the application already has;
 // Close leaves it open). The prefix must not be empty, so the store never
@@ -105,6 +114,19 @@ func (s *Redis) Replace(ctx context.Context, key, old, new string) (bool, error)
 	n, err := replaceScript.Run(ctx, s.client, []string{s.prefix + sk}, old, new).Int()
 	if err != nil {
 		return false, fmt.Errorf("metadata: redis replace: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Remove implements Remover.
+func (s *Redis) Remove(ctx context.Context, key, value string) (bool, error) {
+	sk, err := check(ctx, key, value)
+	if err != nil {
+		return false, err
+	}
+	n, err := removeScript.Run(ctx, s.client, []string{s.prefix + sk}, value).Int()
+	if err != nil {
+		return false, fmt.Errorf("metadata: redis remove: %w", err)
 	}
 	return n == 1, nil
 }

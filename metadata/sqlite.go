@@ -18,8 +18,8 @@ type SQLite struct {
 	db    *sql.DB
 	owned bool // Close closes db
 
-	table                         string // quoted
-	getSQL, insertSQL, replaceSQL string
+	table                                    string // quoted
+	getSQL, insertSQL, replaceSQL, removeSQL string
 }
 
 var _ StoreCloser = (*SQLite)(nil)
@@ -75,6 +75,7 @@ func NewSQLite(db *sql.DB, table string) (*SQLite, error) {
 		getSQL:     `SELECT value FROM ` + q + ` WHERE key = ?`,
 		insertSQL:  `INSERT INTO ` + q + ` (key, value, updated_at) VALUES (?, ?, unixepoch()) ON CONFLICT (key) DO NOTHING`,
 		replaceSQL: `UPDATE ` + q + ` SET value = ?, updated_at = unixepoch() WHERE key = ? AND value = ?`,
+		removeSQL:  `DELETE FROM ` + q + ` WHERE key = ? AND value = ?`,
 	}, nil
 }
 
@@ -138,8 +139,8 @@ func (s *SQLite) PutIfAbsent(ctx context.Context, key, value string) (string, bo
 		if ok {
 			return prev, false, nil
 		}
-		// The row went away between the two statements (someone deleted
-		// it by hand): try the insert again.
+		// The row went away between the two statements (a Remove): try
+		// the insert again.
 	}
 }
 
@@ -156,6 +157,23 @@ func (s *SQLite) Replace(ctx context.Context, key, old, new string) (bool, error
 	n, err := res.RowsAffected()
 	if err != nil {
 		return false, fmt.Errorf("metadata: sqlite replace: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Remove implements Remover.
+func (s *SQLite) Remove(ctx context.Context, key, value string) (bool, error) {
+	sk, err := check(ctx, key, value)
+	if err != nil {
+		return false, err
+	}
+	res, err := s.db.ExecContext(ctx, s.removeSQL, []byte(sk), []byte(value))
+	if err != nil {
+		return false, fmt.Errorf("metadata: sqlite remove: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("metadata: sqlite remove: %w", err)
 	}
 	return n == 1, nil
 }

@@ -1,5 +1,6 @@
 // Package storetest is the conformance suite every metadata.Store backend
-// runs: semantics of Get, PutIfAbsent and Replace, argument checks, a
+// runs: semantics of Get, PutIfAbsent, Replace and (when implemented)
+// Remove, argument checks, a
 // cancelled context, reopening, races between concurrent callers, and a
 // property test against a map.
 package storetest
@@ -41,6 +42,8 @@ func Run(t *testing.T, newNamespace func(t *testing.T) Opener) {
 		{"InvalidArguments", testInvalidArguments},
 		{"CancelledContext", testCancelledContext},
 		{"Reopen", testReopen},
+		{"Remove", testRemove},
+		{"RaceRemoveReplace", testRaceRemoveReplace},
 		{"RacePutIfAbsent", testRacePutIfAbsent},
 		{"RaceReplaceStep", testRaceReplaceStep},
 		{"RaceIncrement", testRaceIncrement},
@@ -275,6 +278,101 @@ func testReopen(t *testing.T, open Opener) {
 	}
 }
 
+func remover(t *testing.T, s metadata.Store) metadata.Remover {
+	r, ok := s.(metadata.Remover)
+	if !ok {
+		t.Skipf("%T does not implement metadata.Remover", s)
+	}
+	return r
+}
+
+func testRemove(t *testing.T, open Opener) {
+	s := open(t)
+	r := remover(t, s)
+	ctx := context.Background()
+	rm := func(key, value string) bool {
+		t.Helper()
+		ok, err := r.Remove(ctx, key, value)
+		if err != nil {
+			t.Fatalf("Remove(%q, %q): %v", key, value, err)
+		}
+		return ok
+	}
+	if rm("k", "") {
+		t.Fatal("Remove of an absent key succeeded")
+	}
+	put(t, s, "k", "1")
+	if rm("k", "2") {
+		t.Fatal("Remove with the wrong value succeeded")
+	}
+	wantValue(t, s, "k", "1")
+	if !rm("k", "1") {
+		t.Fatal("Remove with the right value failed")
+	}
+	wantAbsent(t, s, "k")
+	if rm("k", "1") {
+		t.Fatal("second Remove succeeded")
+	}
+	if replace(t, s, "k", "1", "2") {
+		t.Fatal("Replace of a removed key succeeded")
+	}
+	if _, stored := put(t, s, "k", "3"); !stored {
+		t.Fatal("PutIfAbsent after Remove not stored")
+	}
+	wantValue(t, s, "k", "3")
+	if _, err := r.Remove(ctx, "", "x"); !errors.Is(err, metadata.ErrInvalidKey) {
+		t.Errorf("Remove(\"\") error = %v; want ErrInvalidKey", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := r.Remove(cctx, "k", "3"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Remove with a cancelled context = %v; want context.Canceled", err)
+	}
+	wantValue(t, s, "k", "3")
+}
+
+// testRaceRemoveReplace races an undo (Remove of the value) against a
+// Replace of the same value: exactly one may win.
+func testRaceRemoveReplace(t *testing.T, open Opener) {
+	const rounds = 50
+	s1, s2 := open(t), open(t)
+	r := remover(t, s1)
+	for i := 0; i < rounds; i++ {
+		key := "rr-" + strconv.Itoa(i)
+		put(t, s1, key, "v")
+		var (
+			wg                 sync.WaitGroup
+			removed, replaced  bool
+			errRemove, errRepl error
+		)
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			removed, errRemove = r.Remove(context.Background(), key, "v")
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			replaced, errRepl = s2.Replace(context.Background(), key, "v", "w")
+		}()
+		close(start)
+		wg.Wait()
+		if errRemove != nil || errRepl != nil {
+			t.Fatalf("round %d: %v, %v", i, errRemove, errRepl)
+		}
+		if removed == replaced {
+			t.Fatalf("round %d: removed %v, replaced %v; want exactly one", i, removed, replaced)
+		}
+		if replaced {
+			wantValue(t, s1, key, "w")
+		} else {
+			wantAbsent(t, s1, key)
+		}
+	}
+}
+
 func testRacePutIfAbsent(t *testing.T, open Opener) {
 	const keys, racers = 10, 16
 	stores := []metadata.Store{open(t), open(t)}
@@ -416,10 +514,15 @@ func testModel(t *testing.T, open Opener) {
 		keyGen := rapid.SampledFrom([]string{"a", "b", "c"})
 		valGen := rapid.SampledFrom([]string{"", "1", "2", "3"})
 		ctx := context.Background()
+		r, canRemove := s.(metadata.Remover)
+		ops := 2
+		if canRemove {
+			ops = 3
+		}
 		n := rapid.IntRange(1, 20).Draw(rt, "ops")
 		for i := 0; i < n; i++ {
 			k := keyGen.Draw(rt, "key")
-			switch rapid.IntRange(0, 2).Draw(rt, "op") {
+			switch rapid.IntRange(0, ops).Draw(rt, "op") {
 			case 0:
 				v, ok, err := s.Get(ctx, ns+k)
 				mv, mok := model[k]
@@ -446,6 +549,17 @@ func testModel(t *testing.T, open Opener) {
 				}
 				if want {
 					model[k] = new
+				}
+			case 3:
+				v := valGen.Draw(rt, "value")
+				ok, err := r.Remove(ctx, ns+k, v)
+				mv, mok := model[k]
+				want := mok && mv == v
+				if err != nil || ok != want {
+					rt.Fatalf("Remove(%s, %q) = %v, %v; model has %q, %v", k, v, ok, err, mv, mok)
+				}
+				if want {
+					delete(model, k)
 				}
 			}
 		}
