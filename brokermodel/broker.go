@@ -156,6 +156,13 @@ func (b *Broker) Connect() (*Conn, error) {
 // ID returns the connection's number.
 func (c *Conn) ID() uint64 { return c.id }
 
+// Closed reports whether c was closed or cut.
+func (c *Conn) Closed() bool {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	return c.closed
+}
+
 // SendOptions are the optional parts of a SEND.
 type SendOptions struct {
 	// Headers are custom headers; they survive delivery, redelivery and

@@ -156,8 +156,8 @@ func TestRedeliveryOnDisconnect(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "cut":
-				if !b.Cut(c) {
-					t.Fatal("cut of a live connection reported false")
+				if !b.Cut(c) || !c.Closed() || b.Cut(c) {
+					t.Fatal("cut of a live connection: want true once, then Closed")
 				}
 				if err := c.Ack(first); !errors.Is(err, brokermodel.ErrDisconnected) {
 					t.Fatalf("ack after cut: %v", err)
