@@ -170,8 +170,8 @@ public final class AuditBench {
         for (Run r : runs) {
             ok &= r.dups == wantDups;
         }
-        System.out.printf("BenchmarkCheck/impl=%s/workload=%s/depth=%d/producers=%d \t%d\t%.2f ns/op\t%.2f median-ns/op\t%.1f B/op%n",
-                impl, workload, depth, producers, ops, best.nsPerOp, median.nsPerOp, best.bytesPerOp);
+        System.out.printf("BenchmarkCheck/workload=%s/depth=%d/producers=%d/impl=%s \t%d\t%.2f ns/op\t%.2f median-ns/op\t%.1f B/op%n",
+                workload, depth, producers, impl, ops, best.nsPerOp, median.nsPerOp, best.bytesPerOp);
         System.out.printf("# check impl=%s workload=%s duplicates=%d expected=%d %s%n",
                 impl, workload, best.dups, wantDups, ok ? "OK" : "MISMATCH");
         if (!ok) {

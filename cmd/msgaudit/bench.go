@@ -2,12 +2,562 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"regexp"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/acemq/msgaudit/bench"
+	"github.com/acemq/msgaudit/internal/benchkit"
 )
 
-// runBench is replaced by the bench subcommand's implementation.
+const benchUsage = `usage: msgaudit bench [flags]
+
+Runs the benchmark matrix (ours, the map and LRU baselines, the floor; in
+order, replay, out of order, churn, jumps; depth 64 ... 1<<20, producers
+1 ... 1024; the concurrent audits on 1 and GOMAXPROCS goroutines), measures
+the heap per producer, and runs ActiveMQ's Java audit on the same workload
+when java, javac and libactivemq-java are installed. Prints a table;
+optionally writes JSON, a PNG chart and benchstat lines.
+
+Flags:
+`
+
+// benchReport is everything one "msgaudit bench" run measured; it is also
+// the JSON document --json writes.
+type benchReport struct {
+	Started    time.Time       `json:"started"`
+	Profile    string          `json:"profile"`
+	BenchTime  string          `json:"benchtime"`
+	Rounds     int             `json:"rounds"`
+	GoVersion  string          `json:"go_version"`
+	GOOS       string          `json:"goos"`
+	GOARCH     string          `json:"goarch"`
+	CPU        string          `json:"cpu"`
+	GOMAXPROCS int             `json:"gomaxprocs"`
+	Results    []benchRow      `json:"results"`
+	Memory     []benchMemRow   `json:"memory"`
+	Java       []benchJavaRow  `json:"java,omitempty"`
+	JavaError  string          `json:"java_error,omitempty"`
+	Seconds    float64         `json:"seconds"`
+	Targets    []benchTargetOK `json:"targets"`
+}
+
+type benchRow struct {
+	Name        string  `json:"name"`
+	Impl        string  `json:"impl"`
+	Kind        string  `json:"kind"`
+	Workload    string  `json:"workload"`
+	Depth       int     `json:"depth"`
+	Producers   int     `json:"producers"`
+	Goroutines  int     `json:"goroutines,omitempty"`
+	N           int     `json:"n"`
+	NsPerOp     float64 `json:"ns_per_op"`
+	AllocsPerOp int64   `json:"allocs_per_op"`
+	BytesPerOp  int64   `json:"bytes_per_op"`
+	// XFloor is ns/op divided by the floor-map's (cost multiple of the
+	// producer-lookup-plus-bit floor); MapSpeedup and JavaSpeedup are the
+	// map baseline's and ActiveMQ's ns/op divided by this one's.
+	XFloor        float64  `json:"x_floor,omitempty"`
+	MapSpeedup    float64  `json:"map_speedup,omitempty"`
+	JavaSpeedup   float64  `json:"java_speedup,omitempty"`
+	BytesProducer *float64 `json:"bytes_per_producer,omitempty"`
+	Error         string   `json:"error,omitempty"`
+}
+
+type benchMemRow struct {
+	Name             string  `json:"name"`
+	Impl             string  `json:"impl"`
+	Depth            int     `json:"depth"`
+	Producers        int     `json:"producers"`
+	Fill             int     `json:"ids_per_producer"`
+	Bytes            int64   `json:"bytes"`
+	BytesPerProducer float64 `json:"bytes_per_producer"`
+	BytesPerID       float64 `json:"bytes_per_id"`
+	Error            string  `json:"error,omitempty"`
+}
+
+type benchJavaRow struct {
+	Name          string  `json:"name"`
+	Impl          string  `json:"impl"`
+	Workload      string  `json:"workload"`
+	Depth         int     `json:"depth"`
+	Producers     int     `json:"producers"`
+	N             int     `json:"n"`
+	NsPerOp       float64 `json:"ns_per_op"`
+	MedianNsPerOp float64 `json:"median_ns_per_op"`
+	BytesPerOp    float64 `json:"bytes_per_op"`
+	Duplicates    int     `json:"duplicates"`
+	Expected      int     `json:"expected_duplicates"`
+}
+
+// benchTargetOK is one of issue 5's targets, evaluated on this run.
+type benchTargetOK struct {
+	Target string `json:"target"`
+	Value  string `json:"value"`
+	Met    bool   `json:"met"`
+}
+
+// runBench is the "msgaudit bench" subcommand.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "msgaudit bench: not built yet")
-	return 1
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		quick     = fs.Bool("quick", false, "the quick profile (under 30 s on 2 cores): main cells, inorder sweeps, scaling pair")
+		benchtime = fs.Duration("benchtime", 0, "target time per benchmark (default 150ms quick, 1s full)")
+		run       = fs.String("run", "", "only cases whose name matches this `regexp`")
+		jsonOut   = fs.String("json", "", "write the results as JSON to `FILE`")
+		pngOut    = fs.String("png", "", "write a chart of ns/op against depth and producers to `FILE` (PNG)")
+		benchstat = fs.String("benchstat", "", "write benchstat-compatible lines to `FILE` (\"-\" = stdout, instead of the table)")
+		noJava    = fs.Bool("no-java", false, "skip ActiveMQ's Java audit even when java is installed")
+		noMem     = fs.Bool("no-memory", false, "skip the heap measurements")
+		quiet     = fs.Bool("quiet", false, "no progress bar")
+		rounds    = fs.Int("count", 0, "measure every case this many times, interleaved, keeping the fastest (default 1 quick, 3 full)")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "msgaudit bench: unexpected arguments:", fs.Args())
+		return 2
+	}
+	profile := benchkit.Full
+	if *quick {
+		profile = benchkit.Quick
+	}
+	if *benchtime == 0 {
+		*benchtime = time.Second
+		if *quick {
+			*benchtime = 150 * time.Millisecond
+		}
+	}
+	if *rounds <= 0 {
+		*rounds = 3
+		if *quick {
+			*rounds = 1
+		}
+	}
+	var re *regexp.Regexp
+	if *run != "" {
+		var err error
+		if re, err = regexp.Compile(*run); err != nil {
+			fmt.Fprintln(stderr, "msgaudit bench: --run:", err)
+			return 2
+		}
+	}
+	cases := benchkit.Matrix(profile)
+	mems := benchkit.MemMatrix(profile)
+	if *noMem {
+		mems = nil
+	}
+	if re != nil {
+		cases = filter(cases, func(c benchkit.Case) bool { return re.MatchString(c.Name()) })
+		mems = filter(mems, func(c benchkit.MemCase) bool { return re.MatchString(c.Name()) })
+	}
+	jo := bench.JavaOptions{}
+	if *quick {
+		jo.Impls = []string{"activemq-nosync"}
+		jo.Runs, jo.Warmup = 5, 5
+	}
+	javaErr := jo.Check()
+	if *noJava {
+		javaErr = errors.New("skipped (--no-java)")
+	}
+	javaSteps := 0
+	if javaErr == nil {
+		javaSteps = len(jo.Impls)
+		if javaSteps == 0 {
+			javaSteps = len(bench.JavaImpls)
+		}
+	}
+	if _, err := benchkit.SetBenchTime(*benchtime); err != nil {
+		fmt.Fprintln(stderr, "msgaudit bench:", err)
+		return 1
+	}
+
+	rep := &benchReport{Started: time.Now().UTC(), Profile: string(profile), BenchTime: benchtime.String(), Rounds: *rounds,
+		GoVersion: runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPU: cpuName(),
+		GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	bar := newBar(stderr, *quiet, *rounds*len(cases)+len(mems)+javaSteps, "bench")
+	step := func(desc string) {
+		if bar != nil {
+			bar.Describe(desc)
+			bar.Add(1)
+		}
+	}
+	start := time.Now()
+	results, err := benchkit.Run(ctx, cases, *rounds, func(r benchkit.Result) { step(r.Impl) })
+	if err != nil {
+		fmt.Fprintln(stderr, "msgaudit bench:", err)
+		return 1
+	}
+	benchkit.ResetCache()
+	var memRes []benchkit.MemResult
+	for _, m := range mems {
+		if err := ctx.Err(); err != nil {
+			fmt.Fprintln(stderr, "msgaudit bench:", err)
+			return 1
+		}
+		r, err := benchkit.MeasureMemory(m)
+		if err != nil {
+			rep.Memory = append(rep.Memory, benchMemRow{Name: m.Name(), Impl: m.Impl, Depth: m.Depth, Producers: m.Producers, Error: err.Error()})
+		} else {
+			memRes = append(memRes, r)
+		}
+		step("memory")
+	}
+	var javaRes []bench.JavaResult
+	if javaErr == nil {
+		for _, impl := range jo.Impls {
+			o := jo
+			o.Impls = []string{impl}
+			rs, err := bench.RunJava(ctx, o)
+			javaRes = append(javaRes, rs...)
+			if err != nil {
+				javaErr = err
+			}
+			step("java")
+		}
+		if len(jo.Impls) == 0 {
+			javaRes, javaErr = bench.RunJava(ctx, jo)
+			step("java")
+		}
+	}
+	if bar != nil {
+		bar.Finish()
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	buildReport(rep, results, memRes, javaRes, javaErr)
+
+	failed := false
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			fmt.Fprintf(stderr, "msgaudit bench: %s: %s\n", r.Name, r.Error)
+			failed = true
+		}
+	}
+	if javaErr != nil && !*noJava {
+		fmt.Fprintln(stderr, "msgaudit bench: ActiveMQ comparison:", javaErr)
+	}
+	if *benchstat == "-" {
+		writeBenchstat(stdout, rep)
+	} else {
+		printBench(stdout, rep)
+		if *benchstat != "" {
+			if err := writeFileWith(*benchstat, func(w io.Writer) error { writeBenchstat(w, rep); return nil }); err != nil {
+				fmt.Fprintln(stderr, "msgaudit bench:", err)
+				return 1
+			}
+		}
+	}
+	if *jsonOut != "" {
+		if err := writeJSON(*jsonOut, rep); err != nil {
+			fmt.Fprintln(stderr, "msgaudit bench:", err)
+			return 1
+		}
+	}
+	if *pngOut != "" {
+		if err := writeBenchPNG(*pngOut, rep); err != nil {
+			fmt.Fprintln(stderr, "msgaudit bench:", err)
+			return 1
+		}
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+func filter[T any](v []T, keep func(T) bool) []T {
+	var out []T
+	for _, x := range v {
+		if keep(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// cpuName returns the CPU model from /proc/cpuinfo, or GOARCH.
+func cpuName() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return runtime.GOARCH
+}
+
+type cellKey struct {
+	workload         string
+	depth, producers int
+}
+
+// javaFor is the ActiveMQ audit each of ours is compared with: the
+// unsynchronized one with NoSync, the thread-safe ones with the
+// synchronized subclass; the baselines and floors with NoSync.
+func javaFor(impl string) string {
+	switch impl {
+	case "locked", "sharded", "connaudit", "lru-locked":
+		return "activemq-sync"
+	}
+	return "activemq-nosync"
+}
+
+func buildReport(rep *benchReport, results []benchkit.Result, mems []benchkit.MemResult, java []bench.JavaResult, javaErr error) {
+	floor := map[cellKey]float64{}
+	mapNs := map[cellKey]float64{}
+	for _, r := range results {
+		k := cellKey{string(r.Workload), r.Depth, r.Producers}
+		if r.Err != nil || r.Goroutines != 0 {
+			continue
+		}
+		switch r.Impl {
+		case "floor-map":
+			floor[k] = r.NsPerOp
+		case "map":
+			mapNs[k] = r.NsPerOp
+		}
+	}
+	javaNs := map[string]float64{}
+	for _, j := range java {
+		javaNs[j.Name] = j.NsPerOp
+		rep.Java = append(rep.Java, benchJavaRow{j.Name, j.Impl, j.Workload, j.Depth, j.Producers, j.N, j.NsPerOp,
+			j.MedianNsPerOp, j.BytesPerOp, j.Duplicates, j.Expect})
+	}
+	if javaErr != nil {
+		rep.JavaError = javaErr.Error()
+	}
+	memBy := map[string]float64{}
+	for _, m := range mems {
+		memBy[m.Name()] = m.BytesPerProducer
+		rep.Memory = append(rep.Memory, benchMemRow{m.Name(), m.Impl, m.Depth, m.Producers, m.Fill, m.Bytes,
+			m.BytesPerProducer, m.BytesPerID, ""})
+	}
+	for _, r := range results {
+		im, _ := benchkit.LookupImpl(r.Impl)
+		row := benchRow{Name: r.Name(), Impl: r.Impl, Kind: string(im.Kind), Workload: string(r.Workload), Depth: r.Depth,
+			Producers: r.Producers, Goroutines: r.Goroutines, N: r.N, NsPerOp: r.NsPerOp, AllocsPerOp: r.AllocsPerOp,
+			BytesPerOp: r.BytesPerOp}
+		if r.Err != nil {
+			row.Error = r.Err.Error()
+		} else if r.Goroutines == 0 {
+			k := cellKey{string(r.Workload), r.Depth, r.Producers}
+			if f, ok := floor[k]; ok && r.Impl != "floor-map" {
+				row.XFloor = r.NsPerOp / f
+			}
+			if m, ok := mapNs[k]; ok && r.Impl != "map" {
+				row.MapSpeedup = m / r.NsPerOp
+			}
+		}
+		if r.Err == nil {
+			jn := fmt.Sprintf("workload=%s/depth=%d/producers=%d/impl=%s", r.Workload, r.Depth, r.Producers, javaFor(r.Impl))
+			if j, ok := javaNs[jn]; ok && (r.Goroutines <= 1) {
+				row.JavaSpeedup = j / r.NsPerOp
+			}
+		}
+		mk := benchkit.MemCase{Impl: r.Impl, Depth: r.Depth, Producers: r.Producers}.Name()
+		if b, ok := memBy[mk]; ok {
+			row.BytesProducer = &b
+		}
+		rep.Results = append(rep.Results, row)
+	}
+	rep.Targets = evaluateTargets(rep, mems)
+}
+
+// evaluateTargets checks issue 5's targets on this run, where the run
+// has the cases needed; a target it cannot evaluate is left out.
+func evaluateTargets(rep *benchReport, mems []benchkit.MemResult) []benchTargetOK {
+	var ts []benchTargetOK
+	find := func(name string) *benchRow {
+		for i := range rep.Results {
+			if rep.Results[i].Name == name && rep.Results[i].Error == "" {
+				return &rep.Results[i]
+			}
+		}
+		return nil
+	}
+	main := func(w, impl string) string {
+		return fmt.Sprintf("workload=%s/depth=%d/producers=%d/impl=%s", w, benchkit.MainDepth, benchkit.MainProducers, impl)
+	}
+	for _, w := range []string{"inorder", "replay"} {
+		if r := find(main(w, "audit")); r != nil {
+			if r.XFloor > 0 {
+				ts = append(ts, benchTargetOK{"audit <= 1.5x floor (" + w + ")", fmt.Sprintf("%.2fx", r.XFloor), r.XFloor <= 1.5})
+			}
+			ts = append(ts, benchTargetOK{"audit 0 allocs/op (" + w + ")", fmt.Sprintf("%d", r.AllocsPerOp), r.AllocsPerOp == 0})
+			if r.JavaSpeedup > 0 {
+				ts = append(ts, benchTargetOK{"audit >= 4x faster than ActiveMQ NoSync (" + w + ")", fmt.Sprintf("%.2fx", r.JavaSpeedup), r.JavaSpeedup >= 4})
+			}
+		}
+	}
+	for _, axis := range []string{"depth", "producers"} {
+		lo, hi := 0.0, 0.0
+		n := 0
+		for _, r := range rep.Results {
+			if r.Impl != "audit" || r.Workload != "inorder" || r.Error != "" || r.Goroutines != 0 {
+				continue
+			}
+			if (axis == "depth" && r.Producers != benchkit.MainProducers) || (axis == "producers" && r.Depth != benchkit.MainDepth) {
+				continue
+			}
+			if n == 0 || r.NsPerOp < lo {
+				lo = r.NsPerOp
+			}
+			hi = max(hi, r.NsPerOp)
+			n++
+		}
+		if n > 1 {
+			mid := (lo + hi) / 2
+			spread := (hi - lo) / 2 / mid
+			ts = append(ts, benchTargetOK{"audit inorder flat within ±25% across " + axis, fmt.Sprintf("±%.0f%% (%.1f..%.1f ns/op)", 100*spread, lo, hi), spread <= 0.25})
+		}
+	}
+	var mapID float64
+	for _, m := range mems {
+		if m.Impl == "map" && m.Depth == benchkit.MainDepth && m.Producers == benchkit.MainProducers {
+			mapID = m.BytesPerID
+		}
+	}
+	for _, m := range mems {
+		if m.Impl != "audit" {
+			continue
+		}
+		limit := float64(m.Depth)/8 + 256
+		ts = append(ts, benchTargetOK{fmt.Sprintf("audit bytes/producer <= depth/8+256 (depth=%d, producers=%d)", m.Depth, m.Producers),
+			fmt.Sprintf("%.0f (limit %.0f)", m.BytesPerProducer, limit), m.BytesPerProducer <= limit})
+		if mapID > 0 && m.Depth == benchkit.MainDepth && m.Producers == benchkit.MainProducers {
+			x := mapID / m.BytesPerID
+			ts = append(ts, benchTargetOK{"audit bytes/id >= 50x smaller than map", fmt.Sprintf("%.0fx", x), x >= 50})
+		}
+	}
+	g := runtime.GOMAXPROCS(0)
+	one := find(fmt.Sprintf("workload=replay/depth=%d/producers=%d/impl=sharded/goroutines=1", benchkit.MainDepth, benchkit.MainProducers))
+	par := find(fmt.Sprintf("workload=replay/depth=%d/producers=%d/impl=sharded/goroutines=%d", benchkit.MainDepth, benchkit.MainProducers, g))
+	lockedPar := find(fmt.Sprintf("workload=replay/depth=%d/producers=%d/impl=locked/goroutines=%d", benchkit.MainDepth, benchkit.MainProducers, g))
+	if one != nil && par != nil && g > 1 {
+		x := one.NsPerOp / par.NsPerOp
+		ts = append(ts, benchTargetOK{fmt.Sprintf("sharded %d goroutines >= 1.6x one", g), fmt.Sprintf("%.2fx", x), x >= 1.6})
+	}
+	if lockedPar != nil && par != nil {
+		ts = append(ts, benchTargetOK{"sharded never slower than locked (parallel)", fmt.Sprintf("%.1f vs %.1f ns/op", par.NsPerOp, lockedPar.NsPerOp), par.NsPerOp <= lockedPar.NsPerOp})
+	}
+	return ts
+}
+
+func fmtRatio(x float64) string {
+	if x == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
+
+func printBench(w io.Writer, rep *benchReport) {
+	fmt.Fprintf(w, "msgaudit bench: %s profile, benchtime %s, best of %d, %s, %s/%s, %d CPUs (GOMAXPROCS), %s; %.0f s\n\n",
+		rep.Profile, rep.BenchTime, rep.Rounds, rep.GoVersion, rep.GOOS, rep.GOARCH, rep.GOMAXPROCS, rep.CPU, rep.Seconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "case\tns/op\tallocs/op\tB/op\tbytes/producer\tx floor\tmap/this\tjava/this\t")
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			fmt.Fprintf(tw, "%s\tFAILED\t\t\t\t\t\t\t\n", r.Name)
+			continue
+		}
+		bp := "-"
+		if r.BytesProducer != nil {
+			bp = fmt.Sprintf("%.0f", *r.BytesProducer)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%s\t%s\t%s\t%s\t\n", r.Name, r.NsPerOp, r.AllocsPerOp, r.BytesPerOp, bp,
+			fmtRatio(r.XFloor), fmtRatio(r.MapSpeedup), fmtRatio(r.JavaSpeedup))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nx floor = ns/op ÷ floor-map (producer-key map lookup + bit test-and-set) on the same workload;")
+	fmt.Fprintln(w, "map/this, java/this = the map baseline's / ActiveMQ's ns/op ÷ this one's (speedup; the thread-safe audits")
+	fmt.Fprintln(w, "against ActiveMQMessageAudit, the rest against ActiveMQMessageAuditNoSync).")
+	if len(rep.Memory) > 0 {
+		fmt.Fprintln(w, "\nheap retained after GC (in-order ids, fresh strings):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "case\tids/producer\tbytes\tbytes/producer\tbytes/id\t")
+		for _, m := range rep.Memory {
+			if m.Error != "" {
+				fmt.Fprintf(tw, "%s\tFAILED: %s\t\t\t\t\n", m.Name, m.Error)
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.3f\t\n", m.Name, m.Fill, m.Bytes, m.BytesPerProducer, m.BytesPerID)
+		}
+		tw.Flush()
+	}
+	if len(rep.Java) > 0 {
+		fmt.Fprintln(w, "\nActiveMQ (Java, libactivemq-java), same workload, best and median of the timed runs:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "case\tns/op\tmedian ns/op\tB/op\tduplicates\t")
+		for _, j := range rep.Java {
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%d/%d\t\n", j.Name, j.NsPerOp, j.MedianNsPerOp, j.BytesPerOp, j.Duplicates, j.Expected)
+		}
+		tw.Flush()
+	} else if rep.JavaError != "" {
+		fmt.Fprintf(w, "\nActiveMQ comparison not run: %s\n", rep.JavaError)
+	}
+	if len(rep.Targets) > 0 {
+		fmt.Fprintln(w, "\ntargets (issue 5):")
+		for _, t := range rep.Targets {
+			mark := "MISSED"
+			if t.Met {
+				mark = "met"
+			}
+			fmt.Fprintf(w, "  %-6s %s: %s\n", mark, t.Target, t.Value)
+		}
+	}
+}
+
+// writeBenchstat writes the results in the Go benchmark format, with the
+// header benchstat uses to group them.
+func writeBenchstat(w io.Writer, rep *benchReport) {
+	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/acemq/msgaudit/bench\ncpu: %s\n", rep.GOOS, rep.GOARCH, rep.CPU)
+	suffix := ""
+	if rep.GOMAXPROCS > 1 {
+		suffix = fmt.Sprintf("-%d", rep.GOMAXPROCS)
+	}
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			continue
+		}
+		fmt.Fprintf(w, "BenchmarkCheck/%s%s \t%d\t%.2f ns/op\t%d B/op\t%d allocs/op\n", r.Name, suffix, r.N, r.NsPerOp, r.BytesPerOp, r.AllocsPerOp)
+	}
+	for _, m := range rep.Memory {
+		if m.Error != "" {
+			continue
+		}
+		fmt.Fprintf(w, "BenchmarkMemory/%s%s \t1\t%.1f bytes/producer\t%.4f bytes/id\n", m.Name, suffix, m.BytesPerProducer, m.BytesPerID)
+	}
+	for _, j := range rep.Java {
+		fmt.Fprintf(w, "BenchmarkCheck/%s%s \t%d\t%.2f ns/op\t%.0f B/op\n", j.Name, suffix, j.N, j.NsPerOp, j.BytesPerOp)
+	}
+}
+
+func writeFileWith(path string, f func(io.Writer) error) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := f(fh); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
 }

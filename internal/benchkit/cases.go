@@ -197,6 +197,7 @@ func Matrix(p Profile) []Case {
 		workloads = []Workload{InOrder, Replay}
 		par = []string{"locked", "sharded"}
 	}
+	single, par = available(single), available(par)
 	for _, w := range workloads {
 		for _, im := range single {
 			cs = append(cs, Case{Workload: w, Depth: MainDepth, Producers: MainProducers, Impl: im})
@@ -230,4 +231,15 @@ func Matrix(p Profile) []Case {
 		}
 	}
 	return cs
+}
+
+// available drops names that are not in Impls.
+func available(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if _, ok := LookupImpl(n); ok {
+			out = append(out, n)
+		}
+	}
+	return out
 }

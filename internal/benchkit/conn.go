@@ -34,4 +34,6 @@ func (t connTarget) Check(op *Op) bool {
 	return v == audit.Duplicate
 }
 
+const connReady = true
+
 var _ ConcurrentTarget = connTarget{}

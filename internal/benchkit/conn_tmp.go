@@ -2,6 +2,7 @@
 
 package benchkit
 
-import "errors"
+// connReady is false until the connaudit package lands.
+const connReady = false
 
-func newConnAudit(o *Ops) (Target, error) { return nil, errors.New("connaudit not ready") }
+func newConnAudit(*Ops) (Target, error) { panic("unreachable") }

@@ -50,7 +50,7 @@ func MemMatrix(p Profile) []MemCase {
 		ns = []int{MainProducers}
 		depths = []int{64, MainDepth, 1 << 20}
 	}
-	for _, im := range []string{"audit", "sharded", "connaudit", "map", "lru"} {
+	for _, im := range available([]string{"audit", "sharded", "connaudit", "map", "lru"}) {
 		cs = append(cs, MemCase{Impl: im, Depth: MainDepth, Producers: MainProducers})
 	}
 	for _, n := range ns[1:] {

@@ -132,7 +132,7 @@ func Build(w Workload, depth, producers int) (*Ops, error) {
 		touch()
 		return o, nil
 	}
-	o, err := build(w, depth, producers)
+	o, err := build(w, depth, producers, TotalIDs)
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +161,9 @@ func warm(keys int) []Op {
 	return ops
 }
 
-func build(w Workload, depth, producers int) (*Ops, error) {
-	r := Rounds(producers)
+// build builds workload w with total ids per pass (TotalIDs outside tests).
+func build(w Workload, depth, producers, total int) (*Ops, error) {
+	r := max(1, total/producers)
 	o := &Ops{Workload: w, Depth: depth, Producers: producers, Keys: producers}
 	switch w {
 	case InOrder:
@@ -214,7 +215,7 @@ func build(w Workload, depth, producers int) (*Ops, error) {
 	case Churn:
 		keys := 2 * producers
 		o.Keys = keys
-		rk := max(1, TotalIDs/keys)
+		rk := max(1, total/keys)
 		o.Ops = make([]Op, 0, rk*keys)
 		for s := 1; s <= rk; s++ {
 			for p := 1; p <= keys; p++ {
