@@ -111,42 +111,54 @@ func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, table string, o Optio
 // parameter. $3 is always a duration in microseconds.
 func (p *Postgres) buildSQL() {
 	t := p.table
-	// upsert takes the key when it is new or its row expired, in one
-	// statement. ON CONFLICT ... DO UPDATE ... WHERE locks the newest
+	// old is the key's row as this statement's snapshot sees it.
+	//
+	// ins takes the key when it is new or its row expired. It is not even
+	// tried when the snapshot shows a live row: ON CONFLICT ... DO UPDATE
+	// locks the conflicting row even when its WHERE then refuses the
+	// update, and a row lock is a write (a transaction id, WAL, a commit
+	// flush), so without the guard every redelivery of a claimed or
+	// confirmed key would cost a disk flush; with it, those are plain reads.
+	//
+	// When tried, ON CONFLICT ... DO UPDATE ... WHERE locks the newest
 	// committed row version and evaluates WHERE on it, so of two callers
 	// racing for an expired (or new) key exactly one writes; the other's
 	// upsert returns no row. No unique-violation error can abort a
 	// surrounding transaction (the trap of insert-then-catch repositories).
-	upsert := `INSERT INTO ` + t + ` AS cur (key, state, owner, expires_at, updated_at)
-VALUES ($1, 'claimed', $2, now() + $3::bigint * interval '1 microsecond', now())
-ON CONFLICT (key) DO UPDATE
-SET state = 'claimed', owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at
-WHERE cur.expires_at <= now()
-RETURNING cur.expires_at`
-	p.sqlClaim = upsert
-
-	// TryClaim: when the upsert wrote nothing, report the row the
-	// statement's snapshot sees. Why every answer is safe:
-	//   - 'claimed' comes only from the upsert, which did write our claim.
-	//   - 'confirmed' needs a confirmed row that is still retained at now();
-	//     nobody changes such a row before its retention ends (Purge and
-	//     takeovers touch only expired rows), so the work is finished.
-	//   - Everything else is 'in-progress'. That includes the snapshot
-	//     showing an expired row, or no row at all: the upsert waited for a
-	//     concurrent transaction that inserted or took the key over after
-	//     our snapshot was taken, found its live claim and did nothing, and
-	//     the fallback cannot see that newer row. In-progress costs the
-	//     caller one retry, never a message.
-	// If even the fallback returns no row, TryClaim answers InProgress for
-	// the same reason.
-	p.sqlTryClaim = `WITH ins AS (
-` + upsert + `
+	claimCTE := `WITH old AS (
+  SELECT state, expires_at FROM ` + t + ` WHERE key = $1::text
+), ins AS (
+  INSERT INTO ` + t + ` AS tgt (key, state, owner, expires_at, updated_at)
+  SELECT $1::text, 'claimed', $2::text, now() + $3::bigint * interval '1 microsecond', now()
+  WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.expires_at > now())
+  ON CONFLICT (key) DO UPDATE
+  SET state = 'claimed', owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at
+  WHERE tgt.expires_at <= now()
+  RETURNING tgt.expires_at
 )
-SELECT 'claimed', expires_at FROM ins
+`
+	p.sqlClaim = claimCTE + `SELECT expires_at FROM ins`
+
+	// TryClaim: when ins wrote nothing, report old. Why every answer is
+	// safe:
+	//   - 'claimed' comes only from ins, which did write our claim.
+	//   - 'confirmed' needs a confirmed row still retained at now(); nobody
+	//     changes such a row before its retention ends (Purge and takeovers
+	//     touch only expired rows), so the work is finished.
+	//   - Everything else is 'in-progress': a live claim in the snapshot
+	//     (released or confirmed since, maybe: then the caller retries), or
+	//     an expired row or no row at all in the snapshot while ins found a
+	//     live row anyway: a concurrent transaction inserted the key or took
+	//     it over after our snapshot was taken, ins waited for it, found
+	//     its live claim and did nothing, and old cannot see that newer
+	//     row. In-progress costs the caller one retry, never a message.
+	// If the statement returns no row at all (no row in the snapshot and
+	// ins refused), TryClaim answers InProgress for the same reason.
+	p.sqlTryClaim = claimCTE + `SELECT 'claimed', expires_at FROM ins
 UNION ALL
-SELECT CASE WHEN old.state = 'confirmed' AND old.expires_at > now() THEN 'confirmed' ELSE 'in-progress' END, old.expires_at
-FROM ` + t + ` AS old
-WHERE old.key = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
+SELECT CASE WHEN state = 'confirmed' AND expires_at > now() THEN 'confirmed' ELSE 'in-progress' END, expires_at
+FROM old
+WHERE NOT EXISTS (SELECT 1 FROM ins)`
 
 	p.sqlConfirm = `UPDATE ` + t + `
 SET state = 'confirmed', owner = NULL, expires_at = now() + $3::bigint * interval '1 microsecond', updated_at = now()

@@ -21,3 +21,12 @@ func BenchmarkPostgresTryClaimConfirm(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPostgresTryClaimDuplicate: TryClaim of a confirmed key, which
+// must stay a read (no row lock, no commit flush).
+func BenchmarkPostgresTryClaimDuplicate(b *testing.B) {
+	var tr pgCounter
+	tr.noSQL = true
+	s, _, _ := newPostgresTestStore(b, idempotency.Options{}, &tr, 1)
+	remoteBenchDuplicate(b, s, func() int64 { return tr.queries.Load() + tr.prepares.Load() })
+}

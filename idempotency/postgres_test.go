@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/storetest"
 )
 
 // postgresTestURL returns MSGAUDIT_POSTGRES_URL, skipping the test when it is
@@ -106,6 +107,44 @@ func newPostgresTestStore(t testing.TB, o idempotency.Options, tracer pgx.QueryT
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return p, pool, table
+}
+
+// TestPostgresConformance runs the shared store suite against the
+// PostgreSQL server: every store on its own table; a restart is a new pool
+// and store opened by URL on the same table.
+func TestPostgresConformance(t *testing.T) {
+	raw := postgresTestURL(t)
+	var tables sync.Map // *idempotency.Postgres → its table
+	storetest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
+		s, _, table := newPostgresTestStore(t, o, nil, 8)
+		tables.Store(s, table)
+		return s
+	}, storetest.Capabilities{
+		ServerTime: true,
+		Reopen: func(t *testing.T, old idempotency.Store, o idempotency.Options) idempotency.Store {
+			table, ok := tables.Load(old)
+			if !ok {
+				t.Fatalf("Reopen of a store the test did not open: %T", old)
+			}
+			s, err := idempotency.OpenPostgresURL(context.Background(), withQuery(raw, "msgaudit_table="+table.(string)), o)
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			return s
+		},
+		Unreachable: func(t *testing.T, o idempotency.Options) idempotency.Store {
+			pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+remoteClosedAddr(t)+"/test?sslmode=disable&connect_timeout=5")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			s, err := idempotency.OpenPostgres(context.Background(), pool, "t", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	})
 }
 
 func TestPostgresTableNames(t *testing.T) {

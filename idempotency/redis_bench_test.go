@@ -81,3 +81,44 @@ func BenchmarkRedisTryClaimConfirm(b *testing.B) {
 		})
 	}
 }
+
+// remoteBenchDuplicate measures TryClaim on an already confirmed key (the
+// redelivery path) on s, from one goroutine.
+func remoteBenchDuplicate(b *testing.B, s idempotency.Store, roundTrips func() int64) {
+	ctx := context.Background()
+	key := idempotency.Key{Namespace: "bench", ID: "duplicate"}
+	_, c, err := s.TryClaim(ctx, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Confirm(ctx, c); err != nil {
+		b.Fatal(err)
+	}
+	for range 4 {
+		if _, _, err := s.TryClaim(ctx, key); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	before := roundTrips()
+	b.ResetTimer()
+	for range b.N {
+		out, _, err := s.TryClaim(ctx, key)
+		if err != nil || out != idempotency.AlreadyConfirmed {
+			b.Fatalf("TryClaim = %v, %v", out, err)
+		}
+	}
+	b.StopTimer()
+	if sec := b.Elapsed().Seconds(); sec > 0 {
+		b.ReportMetric(float64(b.N)/sec, "checks/s")
+	}
+	b.ReportMetric(float64(roundTrips()-before)/float64(b.N), "round-trips/op")
+}
+
+// BenchmarkRedisTryClaimDuplicate: TryClaim of a confirmed key.
+func BenchmarkRedisTryClaimDuplicate(b *testing.B) {
+	s, client, _ := newRedisTestStore(b, idempotency.Options{})
+	var rt redisCounter
+	client.AddHook(&rt)
+	remoteBenchDuplicate(b, s, rt.n.Load)
+}

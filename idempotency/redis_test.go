@@ -10,7 +10,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/storetest"
 )
 
 // redisTestURL returns MSGAUDIT_REDIS_URL, skipping the test when it is unset
@@ -129,6 +132,49 @@ func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		c.n.Add(1)
 		return next(ctx, cmds)
 	}
+}
+
+// TestRedisConformance runs the shared store suite against the Redis
+// server: every store on its own key prefix; a restart is a new client and
+// store opened by URL on the same prefix.
+func TestRedisConformance(t *testing.T) {
+	raw := redisTestURL(t)
+	var prefixes sync.Map // *idempotency.Redis → its prefix
+	storetest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
+		s, _, prefix := newRedisTestStore(t, o)
+		prefixes.Store(s, prefix)
+		return s
+	}, storetest.Capabilities{
+		ServerTime: true,
+		Reopen: func(t *testing.T, old idempotency.Store, o idempotency.Options) idempotency.Store {
+			prefix, ok := prefixes.Load(old)
+			if !ok {
+				t.Fatalf("Reopen of a store the test did not open: %T", old)
+			}
+			s, err := idempotency.NewRedisURL(context.Background(), withQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			return s
+		},
+		Unreachable: func(t *testing.T, o idempotency.Options) idempotency.Store {
+			client := redis.NewClient(&redis.Options{Addr: remoteClosedAddr(t), MaxRetries: -1, DialerRetries: 1})
+			t.Cleanup(func() { _ = client.Close() })
+			s, err := idempotency.NewRedis(client, "p:", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	})
+}
+
+// withQuery appends a query parameter to rawURL.
+func withQuery(rawURL, param string) string {
+	if strings.Contains(rawURL, "?") {
+		return rawURL + "&" + param
+	}
+	return rawURL + "?" + param
 }
 
 func TestRedisRoundTrips(t *testing.T) {
