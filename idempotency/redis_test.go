@@ -3,14 +3,22 @@ package idempotency_test
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -473,14 +481,19 @@ func redisServerBinary(t testing.TB) string {
 
 // startRedisServer runs a private redis-server on a free loopback port with
 // the extra arguments, waits until it accepts connections and kills it at
-// cleanup. It returns the address.
-func startRedisServer(t testing.TB, args ...string) string {
+// cleanup. It returns the address. With tlsOnly the port is the TLS port
+// and the plain port is off (the TLS files come in args).
+func startRedisServer(t testing.TB, tlsOnly bool, args ...string) string {
 	t.Helper()
 	bin := redisServerBinary(t)
 	addr := remoteClosedAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
-	all := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--daemonize", "no", "--dir", t.TempDir(), "--logfile", ""}, args...)
+	ports := []string{"--port", port}
+	if tlsOnly {
+		ports = []string{"--port", "0", "--tls-port", port}
+	}
+	all := append(append(ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--dir", t.TempDir(), "--logfile", ""), args...)
 	cmd := exec.Command(bin, all...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -528,7 +541,7 @@ func TestRedisRequirePass(t *testing.T) {
 	t.Parallel()
 	pass := "pw-" + remoteTestHex(12)
 	alicePass := "alice-" + remoteTestHex(12)
-	addr := startRedisServer(t, "--requirepass", pass,
+	addr := startRedisServer(t, false, "--requirepass", pass,
 		"--user", "alice", "on", ">"+alicePass, "~*", "+@all")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -576,6 +589,153 @@ func TestRedisRequirePass(t *testing.T) {
 			}
 			if out, _, err := s.TryClaim(ctx, key); err != nil || out != idempotency.AlreadyConfirmed {
 				t.Fatalf("TryClaim after Confirm = %v, %v", out, err)
+			}
+		})
+	}
+}
+
+// testPKI is a throwaway certificate authority with a server certificate for
+// 127.0.0.1 and a client certificate, as PEM files in a temporary directory.
+type testPKI struct {
+	caFile, certFile, keyFile string
+	roots                     *x509.CertPool
+	client                    tls.Certificate
+}
+
+func newTestPKI(t testing.TB) *testPKI {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "msgaudit test CA " + remoteTestHex(4)},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(serial int64, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial),
+			Subject:      pkix.Name{CommonName: "localhost"},
+			NotBefore:    now.Add(-time.Hour),
+			NotAfter:     now.Add(24 * time.Hour),
+			KeyUsage:     x509.KeyUsageDigitalSignature,
+			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+			DNSNames:     []string{"localhost"},
+			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der, key
+	}
+	writePEM := func(name, typ string, der []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	keyDER := func(k *ecdsa.PrivateKey) []byte {
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	p := &testPKI{roots: x509.NewCertPool()}
+	p.roots.AddCert(caCert)
+	p.caFile = writePEM("ca.pem", "CERTIFICATE", caDER)
+	srvDER, srvKey := issue(2, x509.ExtKeyUsageServerAuth)
+	p.certFile = writePEM("server.pem", "CERTIFICATE", srvDER)
+	p.keyFile = writePEM("server-key.pem", "EC PRIVATE KEY", keyDER(srvKey))
+	cliDER, cliKey := issue(3, x509.ExtKeyUsageClientAuth)
+	p.client = tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
+	return p
+}
+
+// TestRedisTLS (issue 7): a TLS-only redis-server that requires a password
+// and a client certificate. rediss:// with the right CA, client certificate
+// and password works (and a custom tls.Config turns TLS on even for
+// redis://); the system roots, a wrong CA, a missing client certificate or
+// a wrong password each fail at open with a clear, redacted error.
+func TestRedisTLS(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	pass := "pw-" + remoteTestHex(12)
+	addr := startRedisServer(t, true, "--requirepass", pass,
+		"--tls-cert-file", pki.certFile, "--tls-key-file", pki.keyFile,
+		"--tls-ca-cert-file", pki.caFile, "--tls-auth-clients", "yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	good := &tls.Config{RootCAs: pki.roots, Certificates: []tls.Certificate{pki.client}, MinVersion: tls.VersionTLS12}
+	wrongCA := &tls.Config{RootCAs: newTestPKI(t).roots, Certificates: []tls.Certificate{pki.client}, MinVersion: tls.VersionTLS12}
+	noClientCert := &tls.Config{RootCAs: pki.roots, MinVersion: tls.VersionTLS12}
+	wrong := "wrong-" + remoteTestHex(12)
+	base := "rediss://:" + pass + "@" + addr + "/0?max_retries=-1"
+	cases := []struct {
+		name, url string
+		cfg       *tls.Config
+		want      string // "" means the store must work
+	}{
+		{"custom CA and client cert", base, good, ""},
+		{"redis:// with a tls.Config", "redis://:" + pass + "@" + addr + "/0?max_retries=-1", good, ""},
+		{"system roots", base, nil, "certificate"},
+		{"wrong CA", base, wrongCA, "certificate"},
+		{"no client certificate", base, noClientCert, "certificate"},
+		{"wrong password", "rediss://:" + wrong + "@" + addr + "/0?max_retries=-1", good, "WRONGPASS"},
+	}
+	for _, tc := range cases {
+		t.Run("case="+tc.name, func(t *testing.T) {
+			s, err := idempotency.NewRedisURL(ctx, tc.url, idempotency.Options{}, tc.cfg)
+			if tc.want != "" {
+				if err == nil {
+					_ = s.Close()
+					t.Fatal("open succeeded")
+				}
+				if !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("error %q does not name the cause (%s)", err, tc.want)
+				}
+				for _, secret := range []string{pass, wrong} {
+					if strings.Contains(err.Error(), secret) {
+						t.Errorf("error shows the password: %s", err)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			defer s.Close()
+			key := idempotency.Key{Namespace: "tls", ID: remoteTestHex(4)}
+			out, c, err := s.TryClaim(ctx, key)
+			if err != nil || out != idempotency.Claimed {
+				t.Fatalf("TryClaim = %v, %v", out, err)
+			}
+			if err := s.Confirm(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := s.IsConfirmed(ctx, key); err != nil || !ok {
+				t.Fatalf("IsConfirmed = %v, %v", ok, err)
 			}
 		})
 	}
