@@ -651,3 +651,57 @@ func TestPostgresCancelled(t *testing.T) {
 		t.Errorf("%d queries sent with a cancelled context", n)
 	}
 }
+
+// TestPostgresTLS (issue 7): the sslmode and sslrootcert fields of the URL
+// reach pgx. Against the test server's own certificate (ssl_cert_file, a
+// self-signed one on a stock Debian cluster) verify-ca works; a CA that did
+// not sign it fails with a certificate error. Skipped when the server has
+// TLS off or its certificate is not readable.
+func TestPostgresTLS(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pool, table := postgresTestPool(t, nil, 2)
+	var sslOn, certFile string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('ssl'), current_setting('ssl_cert_file')`).Scan(&sslOn, &certFile); err != nil {
+		t.Fatal(err)
+	}
+	if sslOn != "on" {
+		t.Skip("the PostgreSQL test server has ssl = off")
+	}
+	if _, err := os.ReadFile(certFile); err != nil {
+		t.Skipf("the server certificate %s is not readable here: %v", certFile, err)
+	}
+	u, err := url.Parse(postgresTestURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := func(mode, root string) string {
+		v := u.Query()
+		v.Set("sslmode", mode)
+		v.Set("sslrootcert", root)
+		v.Set("msgaudit_table", table)
+		c := *u
+		c.RawQuery = v.Encode()
+		return c.String()
+	}
+	s, err := idempotency.OpenPostgresURL(ctx, with("verify-ca", certFile), idempotency.Options{})
+	if err != nil {
+		t.Fatalf("verify-ca with the server's certificate as root: %v", err)
+	}
+	key := idempotency.Key{Namespace: "tls", ID: "1"}
+	if out, _, err := s.TryClaim(ctx, key); err != nil || out != idempotency.Claimed {
+		t.Errorf("TryClaim over TLS = %v, %v", out, err)
+	}
+	_ = s.Close()
+
+	other := newTestPKI(t)
+	_, err = idempotency.OpenPostgresURL(ctx, with("verify-ca", other.caFile), idempotency.Options{})
+	if err == nil {
+		t.Fatal("verify-ca with a foreign CA succeeded")
+	}
+	t.Logf("foreign CA: %v", err)
+	if !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("error %q does not say the certificate was refused", err)
+	}
+}
