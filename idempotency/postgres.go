@@ -53,6 +53,17 @@ var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?(
 // prepares each statement once per connection, which costs one extra round
 // trip the first time).
 //
+// Cost: a claim and a confirm each commit a write, so a pair waits for two
+// WAL flushes; on one connection that, not the SQL, bounds the rate (see
+// the package benchmarks). Concurrent callers share flushes (group commit),
+// so use a pool of several connections. A TryClaim that finds a live claim
+// or a retained confirmation (a redelivery) is a plain read with no flush.
+// Setting synchronous_commit=off for the store's connections (a URL
+// parameter pgx passes to the server) removes the flush wait at the price
+// that a server crash can forget the last fraction of a second of claims and
+// confirmations: a forgotten confirmation lets a redelivery run the work
+// again, so only do it where running twice is tolerable.
+//
 // A Postgres is safe for concurrent use. It owns its pool only when it was
 // opened by URL (OpenPostgresURL, Open); a store made with OpenPostgres
 // leaves the pool to its caller, and Close does not close it.
@@ -201,7 +212,15 @@ func (p *Postgres) Migrate(ctx context.Context) error {
 	if err := p.begin(ctx); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	if err := p.migrate(ctx); err != nil {
+		return p.opError(ctx, "migrate", err)
+	}
+	return nil
+}
+
+// migrate is Migrate without the checks and the wrapping.
+func (p *Postgres) migrate(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('msgaudit idempotency migrate'))`); err != nil {
 			return err
 		}
@@ -217,10 +236,6 @@ func (p *Postgres) Migrate(ctx context.Context) error {
 		_, err := tx.Exec(ctx, `CREATE INDEX IF NOT EXISTS `+p.index+` ON `+p.table+` (expires_at)`)
 		return err
 	})
-	if err != nil {
-		return p.opError(ctx, "migrate", err)
-	}
-	return nil
 }
 
 // OpenPostgresURL connects to the PostgreSQL server named by rawURL, runs
@@ -264,12 +279,12 @@ func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, 
 		return nil, err
 	}
 	p.ownsPool = true
-	if err := p.Migrate(ctx); err != nil {
+	if err := p.migrate(ctx); err != nil {
 		pool.Close()
-		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}
-		return nil, redactError(fmt.Errorf("idempotency: postgres %s: %w", red, err), rawURL)
+		return nil, redactError(fmt.Errorf("idempotency: postgres %s: migrate: %w", red, err), rawURL)
 	}
 	return p, nil
 }
