@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -264,6 +265,11 @@ func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, 
 	}
 	if !found {
 		table = DefaultPostgresTable
+	}
+	// pgx recognises only lowercase schemes; anything else it would parse
+	// as a keyword=value string.
+	if scheme, rest, ok := strings.Cut(clean, "://"); ok && scheme != strings.ToLower(scheme) {
+		clean = strings.ToLower(scheme) + "://" + rest
 	}
 	cfg, err := pgxpool.ParseConfig(clean)
 	if err != nil {

@@ -535,6 +535,17 @@ func TestPostgresURL(t *testing.T) {
 		t.Error(err)
 	}
 
+	// The scheme is case-insensitive, as URL schemes are.
+	upper := "POSTGRES" + raw[strings.Index(raw, "://"):]
+	s2, err := idempotency.OpenPostgresURL(ctx, withQuery(upper, "msgaudit_table="+table), idempotency.Options{})
+	if err != nil {
+		t.Fatalf("upper-case scheme: %v", err)
+	}
+	if ok, err := s2.IsConfirmed(ctx, key); err != nil || !ok {
+		t.Errorf("IsConfirmed through the upper-case URL = %v, %v", ok, err)
+	}
+	_ = s2.Close()
+
 	if _, err := idempotency.OpenPostgresURL(ctx, raw+sep+"msgaudit_table=bad-name", idempotency.Options{}); err == nil {
 		t.Error("OpenPostgresURL with an invalid table name: nil error")
 	}
