@@ -716,3 +716,29 @@ func TestPostgresTLS(t *testing.T) {
 		t.Errorf("error %q does not say the certificate was refused", err)
 	}
 }
+
+// A store on the application's pool: migrate once at start-up, purge
+// expired rows now and then. (Compile-only: it needs a PostgreSQL server.)
+func ExampleOpenPostgres() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://app@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	store, err := idempotency.OpenPostgres(ctx, pool, "msgaudit_idempotency", idempotency.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer store.Close() // leaves pool open
+	if err := store.Migrate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Periodically, e.g. from a ticker: bounded batches, never blocks claimers.
+	if n, err := store.Purge(ctx, 1000); err == nil {
+		fmt.Println("purged", n)
+	}
+}

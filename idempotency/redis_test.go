@@ -740,3 +740,45 @@ func TestRedisTLS(t *testing.T) {
 		})
 	}
 }
+
+// A store on a client the application already has; the application keeps
+// owning the client. (Compile-only: it needs a Redis server.)
+func ExampleNewRedis() {
+	ctx := context.Background()
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	store, err := idempotency.NewRedis(client, "orders:idempotency:", idempotency.Options{ClaimTTL: time.Minute})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer store.Close() // leaves client open
+
+	out, claim, err := store.TryClaim(ctx, idempotency.Key{Namespace: "orders", ID: "ID:host-1-2-3:1:1:1:42"})
+	switch {
+	case err != nil:
+		fmt.Println("store unavailable, hand the message back:", err)
+	case out == idempotency.Claimed:
+		// ... handle the message, then:
+		_ = store.Confirm(ctx, claim)
+	case out == idempotency.AlreadyConfirmed:
+		// a duplicate of finished work: acknowledge it
+	case out == idempotency.InProgress:
+		// someone else holds it: hand the message back, never acknowledge
+	}
+}
+
+// A store opened by URL owns its connection; TLS with a private CA comes
+// as a tls.Config. (Compile-only: it needs a Redis server.)
+func ExampleNewRedisURL() {
+	ctx := context.Background()
+	roots := x509.NewCertPool() // add the CA that signed the server's certificate
+	store, err := idempotency.NewRedisURL(ctx,
+		"rediss://consumer:secret@redis.internal:6380/0?msgaudit_prefix=orders:",
+		idempotency.Options{}, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		fmt.Println(err) // never shows "secret"
+		return
+	}
+	defer store.Close() // closes the connection it opened
+}
