@@ -185,13 +185,13 @@ const (
 // floor-map and map on inorder, and the sharded/locked scaling pair.
 func Matrix(p Profile) []Case {
 	var cs []Case
-	single := []string{"audit", "locked", "sharded", "connaudit", "map", "lru", "floor-bit", "floor-map"}
-	sweep := []string{"audit", "floor-bit", "floor-map", "map", "lru"}
+	single := []string{"audit", "locked", "sharded", "connaudit", "map", "lru", "floor-bit", "floor-map", "floor-parse"}
+	sweep := []string{"audit", "floor-bit", "floor-map", "floor-parse", "map", "lru"}
 	sweepW := []Workload{InOrder, Replay}
 	workloads := Workloads
 	par := []string{"locked", "sharded", "connaudit", "lru-locked"}
 	if p == Quick {
-		single = []string{"audit", "locked", "sharded", "connaudit", "map", "lru", "floor-map"}
+		single = []string{"audit", "locked", "sharded", "connaudit", "map", "lru", "floor-map", "floor-parse"}
 		sweep = []string{"audit", "floor-map", "map"}
 		sweepW = []Workload{InOrder}
 		workloads = []Workload{InOrder, Replay}

@@ -3,6 +3,7 @@ package benchkit
 import (
 	"fmt"
 	"math/bits"
+	"strings"
 
 	"github.com/acemq/msgaudit/audit"
 	"github.com/acemq/msgaudit/msgid"
@@ -61,6 +62,7 @@ var Impls = withConn([]Impl{
 	{Name: "lru-locked", Kind: Baseline, Concurrent: true, Exact: true, Doc: "golang-lru/v2 lru.Cache (mutex) keyed by full id, capacity producers*depth", New: newLockedLRUTarget},
 	{Name: "floor-bit", Kind: Floor, Doc: "bare bit test-and-set at an index precomputed from producer and seq", New: newFloorBit},
 	{Name: "floor-map", Kind: Floor, Doc: "map lookup of the pre-split producer key, then the bit test-and-set", New: newFloorMap},
+	{Name: "floor-parse", Kind: Floor, Doc: "floor-map plus parsing the id string (msgid.Split): the floor for a string id", New: newFloorParse},
 })
 
 // withConn inserts the connection audit after the sharded audit when the
@@ -329,6 +331,38 @@ func (t *floorMap) Pass(ops []Op) int {
 			t.m[ops[i].Key] = b
 		}
 		idx := ops[i].Seq & t.mask
+		w := &b[idx>>6]
+		m := uint64(1) << (idx & 63)
+		if *w&m != 0 {
+			n++
+		}
+		*w |= m
+	}
+	return n
+}
+
+// floorParse is floorMap on the id string: msgid.Split, then the lookup
+// and the bit. What the audit adds beyond it is the LRU and the window.
+type floorParse struct{ floorMap }
+
+func newFloorParse(o *Ops) (Target, error) {
+	s := floorShift(o.Depth)
+	return &floorParse{floorMap{m: make(map[string][]uint64, o.Keys), mask: 1<<s - 1, word: 1 << s / 64}}, nil
+}
+
+func (t *floorParse) Pass(ops []Op) int {
+	n := 0
+	for i := range ops {
+		key, seq, err := msgid.Split(ops[i].ID)
+		if err != nil {
+			continue
+		}
+		b, ok := t.m[key]
+		if !ok {
+			b = make([]uint64, t.word)
+			t.m[strings.Clone(key)] = b
+		}
+		idx := seq & t.mask
 		w := &b[idx>>6]
 		m := uint64(1) << (idx & 63)
 		if *w&m != 0 {
