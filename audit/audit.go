@@ -101,21 +101,43 @@ func newAudit(cfg config, b *budget) *Audit {
 // audit cannot tell"). Checking a tracked producer allocates nothing; a new
 // producer may evict the least recently used one.
 func (a *Audit) Check(id string) (Verdict, error) {
-	key, seq, err := a.split(id)
-	if err != nil {
+	if len(id) > a.cfg.maxIDLength {
+		_, _, err := a.reject(id)
 		return TooOld, err
 	}
-	return a.CheckKey(key, seq), nil
+	key, seq, err := msgid.Split(id)
+	if err != nil {
+		a.st.checks++
+		a.st.malformed++
+		return TooOld, err
+	}
+	v, _ := a.checkKey(key, seq)
+	if len(a.pending) != 0 {
+		a.flush()
+	}
+	return v, nil
 }
 
 // split parses id, counting a rejection as a check.
 func (a *Audit) split(id string) (string, uint64, error) {
-	key, seq, err := msgid.SplitLimit(id, a.cfg.maxIDLength)
+	if len(id) > a.cfg.maxIDLength {
+		return a.reject(id)
+	}
+	key, seq, err := msgid.Split(id)
 	if err != nil {
 		a.st.checks++
-		a.countReject(err)
+		a.st.malformed++
 	}
 	return key, seq, err
+}
+
+// reject counts and reports an id longer than MaxIDLength (kept out of
+// line so that split stays small).
+func (a *Audit) reject(id string) (string, uint64, error) {
+	a.st.checks++
+	a.st.tooLong++
+	_, _, err := msgid.SplitLimit(id, a.cfg.maxIDLength)
+	return "", 0, err
 }
 
 func (a *Audit) countReject(err error) {
