@@ -1,0 +1,104 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/acemq/msgaudit/idempotency"
+)
+
+// handle applies the consumer rule to one delivery and returns what to do
+// with it: "ack" or "requeue".
+func handle(ctx context.Context, s idempotency.Store, key idempotency.Key, work func() error) string {
+	outcome, claim, err := s.TryClaim(ctx, key)
+	switch {
+	case err != nil:
+		return "requeue" // the store could not answer: never guess
+	case outcome == idempotency.AlreadyConfirmed:
+		return "ack" // finished before: a duplicate
+	case outcome == idempotency.InProgress:
+		return "requeue" // someone else holds it; the outcome is unknown
+	}
+	if err := work(); err != nil {
+		// If Release fails, the claim lapses after ClaimTTL; requeue either way.
+		_ = s.Release(ctx, claim)
+		return "requeue"
+	}
+	if err := s.Confirm(ctx, claim); err != nil {
+		// The lease lapsed (ErrClaimLost) or the store failed: the work
+		// may run again, so do not acknowledge.
+		return "requeue"
+	}
+	return "ack"
+}
+
+// Example shows the consumer rule: acknowledge AlreadyConfirmed, requeue
+// InProgress, confirm on success, release on failure.
+func Example() {
+	ctx := context.Background()
+	store := idempotency.NewMemory(idempotency.Options{})
+	defer store.Close()
+	key := idempotency.Key{Namespace: "orders", ID: "ID:host-1-2:1:1:7"}
+
+	// A first delivery fails: the claim is released, the message requeued.
+	fmt.Println("1st:", handle(ctx, store, key, func() error { return errors.New("db down") }))
+
+	// The redelivery succeeds: confirmed, acknowledged.
+	fmt.Println("2nd:", handle(ctx, store, key, func() error { fmt.Println("  work runs"); return nil }))
+
+	// A duplicate delivery: already confirmed, acknowledged without work.
+	fmt.Println("dup:", handle(ctx, store, key, func() error { fmt.Println("  work runs again!"); return nil }))
+
+	// While one consumer holds a claim, a concurrent delivery is requeued.
+	other := idempotency.Key{Namespace: "orders", ID: "ID:host-1-2:1:1:8"}
+	_, held, _ := store.TryClaim(ctx, other)
+	fmt.Println("concurrent:", handle(ctx, store, other, func() error { return nil }))
+	_ = store.Confirm(ctx, held)
+	// Output:
+	// 1st: requeue
+	//   work runs
+	// 2nd: ack
+	// dup: ack
+	// concurrent: requeue
+}
+
+// ExampleTryClaimGeneric shows a store written against the two-state
+// contract (Claim and IsConfirmed) getting TryClaim for free.
+func ExampleTryClaimGeneric() {
+	ctx := context.Background()
+	m := idempotency.NewMemory(idempotency.Options{})
+	key := idempotency.Key{Namespace: "q", ID: "m1"}
+
+	o, c, _ := idempotency.TryClaimGeneric(ctx, m, key)
+	fmt.Println(o)
+	o, _, _ = idempotency.TryClaimGeneric(ctx, m, key)
+	fmt.Println(o)
+	_ = m.Confirm(ctx, c)
+	o, _, _ = idempotency.TryClaimGeneric(ctx, m, key)
+	fmt.Println(o)
+	// Output:
+	// claimed
+	// in-progress
+	// already-confirmed
+}
+
+// ExampleKey_StorageKey shows how keys are stored: verbatim when short,
+// hashed (never truncated) when long.
+func ExampleKey_StorageKey() {
+	fmt.Println(idempotency.Key{Namespace: "orders", ID: "ID:host-1-2:1:1:7"}.StorageKey(0))
+	fmt.Println(idempotency.Key{Namespace: "a/b", ID: "c"}.StorageKey(0))
+	long := idempotency.Key{Namespace: "orders", ID: string(make([]byte, 300))}.StorageKey(0)
+	fmt.Println(long[:len(idempotency.HashedKeyPrefix)], len(long))
+	// Output:
+	// orders/ID:host-1-2:1:1:7
+	// a%2Fb/c
+	// sha256: 71
+}
+
+// ExampleRedactURL shows the password-free form used in every error.
+func ExampleRedactURL() {
+	fmt.Println(idempotency.RedactURL("postgres://app:s3cret@db:5432/msgs?sslmode=require"))
+	// Output:
+	// postgres://app:xxxxx@db:5432/msgs?sslmode=require
+}
