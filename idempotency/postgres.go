@@ -287,8 +287,8 @@ func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, 
 	p.ownsPool = true
 	if err := p.migrate(ctx); err != nil {
 		pool.Close()
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, ctxErr
+		if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+			err = fmt.Errorf("%w (%v)", ctxErr, err)
 		}
 		return nil, redactError(fmt.Errorf("idempotency: postgres %s: migrate: %w", red, err), rawURL)
 	}
@@ -522,7 +522,7 @@ func (p *Postgres) storageKey(key Key) (string, error) {
 // opError wraps a pgx error. When ctx ended, the context's error is the
 // cause so callers can match it with errors.Is.
 func (p *Postgres) opError(ctx context.Context, op string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+	if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("idempotency: postgres %s: %w (%v)", op, ctxErr, err)
 	}
 	return fmt.Errorf("idempotency: postgres %s: %w", op, err)

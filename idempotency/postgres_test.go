@@ -742,3 +742,44 @@ func ExampleOpenPostgres() {
 		fmt.Println("purged", n)
 	}
 }
+
+// TestPostgresHungServer: against a server that never answers, a context
+// deadline ends every operation with an error that matches
+// context.DeadlineExceeded, never a verdict; OpenPostgresURL likewise.
+func TestPostgresHungServer(t *testing.T) {
+	t.Parallel()
+	addr := silentServer(t)
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+addr+"/test?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	p, err := idempotency.OpenPostgres(context.Background(), pool, "t", idempotency.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.Key{Namespace: "n", ID: "1"}
+	c := idempotency.Claim{Key: key, Token: "t"}
+	ops := map[string]func(ctx context.Context) error{
+		"TryClaim":    func(ctx context.Context) error { _, _, err := p.TryClaim(ctx, key); return err },
+		"Claim":       func(ctx context.Context) error { _, _, err := p.Claim(ctx, key); return err },
+		"IsConfirmed": func(ctx context.Context) error { _, err := p.IsConfirmed(ctx, key); return err },
+		"Confirm":     func(ctx context.Context) error { return p.Confirm(ctx, c) },
+		"Release":     func(ctx context.Context) error { return p.Release(ctx, c) },
+		"Renew":       func(ctx context.Context) error { _, err := p.Renew(ctx, c); return err },
+		"Purge":       func(ctx context.Context) error { _, err := p.Purge(ctx, 10); return err },
+		"Migrate":     func(ctx context.Context) error { return p.Migrate(ctx) },
+		"OpenPostgresURL": func(ctx context.Context) error {
+			_, err := idempotency.OpenPostgresURL(ctx, "postgres://postgres:pw@"+addr+"/test?sslmode=disable", idempotency.Options{})
+			return err
+		},
+	}
+	for name, op := range ops {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := op(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s on a hung server: %v, want an error matching context.DeadlineExceeded", name, err)
+		}
+	}
+}

@@ -94,6 +94,10 @@ return 0
 // a confirmation with PX retention, so Redis forgets both by itself and the
 // Options clock is not used.
 //
+// Claim.Expires is the local time just before the call plus the claim TTL:
+// the server's lease ends no earlier than that, clock skew aside. The lease
+// itself is only the server's.
+//
 // Round trips: TryClaim, Confirm, Release and Renew each run one Lua script
 // (EVALSHA; the first call after the server's script cache was emptied costs
 // a second round trip for EVAL), Claim is one SET NX PX and IsConfirmed one
@@ -115,7 +119,10 @@ type Redis struct {
 // NewRedis returns a store that keeps its keys under prefix (for example
 // "orders:idempotency:") in client. The caller keeps ownership of client:
 // Close leaves it open. NewRedis does no I/O; the first operation reports a
-// server that cannot be reached.
+// server that cannot be reached. Every operation checks its context before
+// sending; a context deadline also bounds a command in flight only when the
+// client was made with ContextTimeoutEnabled (otherwise its read and write
+// timeouts do).
 func NewRedis(client redis.UniversalClient, prefix string, o Options) (*Redis, error) {
 	if client == nil {
 		return nil, errors.New("idempotency: NewRedis: nil client")
@@ -143,8 +150,10 @@ func NewRedis(client redis.UniversalClient, prefix string, o Options) (*Redis, e
 // A non-nil tlsConfig (for a custom CA or a client certificate) turns TLS on
 // even for redis://; when its ServerName is empty the URL's host is used.
 //
-// The store owns the client it creates: Close closes it. Errors name the
-// URL with its password redacted; the password never appears in them.
+// The client it creates honours context deadlines (go-redis's
+// ContextTimeoutEnabled), and the store owns it: Close closes it. Errors
+// name the URL with its password redacted; the password never appears in
+// them.
 func NewRedisURL(ctx context.Context, rawURL string, o Options, tlsConfig *tls.Config) (*Redis, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -167,11 +176,14 @@ func NewRedisURL(ctx context.Context, rawURL string, o Options, tlsConfig *tls.C
 		}
 		opt.TLSConfig = c
 	}
+	// Honour the deadlines of the contexts passed to the store's methods,
+	// not only the client's fixed read and write timeouts.
+	opt.ContextTimeoutEnabled = true
 	client := redis.NewClient(opt)
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-			return nil, ctxErr
+		if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+			err = fmt.Errorf("%w (%v)", ctxErr, err)
 		}
 		return nil, redactError(fmt.Errorf("idempotency: redis %s: ping: %w", red, err), rawURL)
 	}
@@ -359,10 +371,25 @@ func (s *Redis) storageKey(key Key) (string, error) {
 // opError wraps a client error. When ctx ended, the context's error is
 // returned as the cause so callers can match it with errors.Is.
 func (s *Redis) opError(ctx context.Context, op string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+	if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("idempotency: redis %s: %w (%v)", op, ctxErr, err)
 	}
 	return fmt.Errorf("idempotency: redis %s: %w", op, err)
+}
+
+// ctxDone returns ctx's error, or context.DeadlineExceeded when ctx's
+// deadline has passed but its timer has not fired yet: a client that sets
+// the deadline on the socket can see its I/O time out a moment before
+// ctx.Err() turns non-nil, and the caller should still learn that its
+// deadline, not the server, ended the call.
+func ctxDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // durationMS converts d to whole milliseconds for PX and PEXPIRE, rounding

@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/url"
@@ -781,4 +782,83 @@ func ExampleNewRedisURL() {
 		return
 	}
 	defer store.Close() // closes the connection it opened
+}
+
+// silentServer accepts connections on a loopback port and never answers:
+// the shape of a hung server. It returns the address.
+func silentServer(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return l.Addr().String()
+}
+
+// TestRedisHungServer: against a server that never answers, a context
+// deadline ends every operation with an error that matches
+// context.DeadlineExceeded, never a verdict; NewRedisURL likewise.
+func TestRedisHungServer(t *testing.T) {
+	t.Parallel()
+	addr := silentServer(t)
+	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := idempotency.NewRedis(client, "p:", idempotency.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idempotency.Key{Namespace: "n", ID: "1"}
+	c := idempotency.Claim{Key: key, Token: "t"}
+	ops := map[string]func(ctx context.Context) error{
+		"TryClaim":    func(ctx context.Context) error { _, _, err := s.TryClaim(ctx, key); return err },
+		"Claim":       func(ctx context.Context) error { _, _, err := s.Claim(ctx, key); return err },
+		"IsConfirmed": func(ctx context.Context) error { _, err := s.IsConfirmed(ctx, key); return err },
+		"Confirm":     func(ctx context.Context) error { return s.Confirm(ctx, c) },
+		"Release":     func(ctx context.Context) error { return s.Release(ctx, c) },
+		"Renew":       func(ctx context.Context) error { _, err := s.Renew(ctx, c); return err },
+		"NewRedisURL": func(ctx context.Context) error {
+			_, err := idempotency.NewRedisURL(ctx, "redis://:pw@"+addr+"/0?max_retries=-1", idempotency.Options{}, nil)
+			return err
+		},
+	}
+	for name, op := range ops {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := op(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s on a hung server: %v, want an error matching context.DeadlineExceeded", name, err)
+		}
+	}
 }
