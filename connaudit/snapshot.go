@@ -1,0 +1,317 @@
+package connaudit
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"slices"
+)
+
+// Snapshot format, version 1 (uvarint = encoding/binary Uvarint):
+//
+//	magic   "MSGC"
+//	version 1 byte = 1
+//	depth, maxProducers, maxIDLength, maxDestinations, maxConsumers, shards
+//	        uvarint each (the settings; 0 = default)
+//	queues  uvarint count, then count times, least recently used first:
+//	          kind 1 byte, nameLen uvarint, name, auditLen uvarint, audit
+//	topics  uvarint count, then count times, least recently used first:
+//	          consumerLen uvarint, consumer, kind 1 byte, nameLen uvarint,
+//	          name, auditLen uvarint, audit
+//	crc     uint32 little endian, CRC-32C of everything before it
+//
+// where audit is an audit snapshot (audit.Locked.MarshalBinary). The
+// enabled switch and the counters are not part of a snapshot.
+const (
+	snapMagic   = "MSGC"
+	snapVersion = 1
+	// maxNameLen bounds destination and consumer names in a snapshot.
+	maxNameLen = 1 << 16
+	// minQueueRecord is the smallest queue record: kind, a one-byte name
+	// and its length, an audit length and the smallest audit snapshot.
+	minQueueRecord = 1 + 1 + 1 + 1 + minAuditSnapshot
+	// minAuditSnapshot is the size of an empty audit snapshot's header
+	// (magic, version, three one-byte varints, checksum).
+	minAuditSnapshot = 4 + 1 + 3 + 4
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+type entry[K any] struct {
+	key  K
+	used uint64
+	au   auditor
+}
+
+// sortedEntries lists a table least recently used first; ties (audits
+// used since the same creation) are ordered by key so that the encoding of
+// a given state is deterministic.
+func sortedEntries[K comparable](m map[K]*slot, less func(a, b K) int) []entry[K] {
+	es := make([]entry[K], 0, len(m))
+	for k, s := range m {
+		es = append(es, entry[K]{k, s.used.Load(), s.au})
+	}
+	slices.SortFunc(es, func(a, b entry[K]) int {
+		return cmp.Or(cmp.Compare(a.used, b.used), less(a.key, b.key))
+	})
+	return es
+}
+
+func compareDest(a, b Destination) int {
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name))
+}
+
+func compareTopicKey(a, b topicKey) int {
+	return cmp.Or(cmp.Compare(a.consumer, b.consumer), compareDest(a.dest, b.dest))
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendAudit(dst []byte, au auditor) ([]byte, error) {
+	b, err := au.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...), nil
+}
+
+// MarshalBinary encodes the settings and every queue and topic audit
+// (least recently used first) so that a restarted consumer can restore the
+// connection audit with UnmarshalBinary. Audits are not created or dropped
+// while it runs; checks continue, and each audit is encoded consistently.
+func (a *Audit) MarshalBinary() ([]byte, error) {
+	a.lockTables()
+	defer a.unlockTables()
+	a.mu.Lock()
+	cfg := a.cfg
+	a.mu.Unlock()
+	dst := []byte(snapMagic)
+	dst = append(dst, snapVersion)
+	for _, v := range []int{cfg.depth, cfg.maxProducers, cfg.maxIDLength, cfg.maxDestinations, cfg.maxConsumers, cfg.shards} {
+		dst = binary.AppendUvarint(dst, uint64(v))
+	}
+	queues := sortedEntries(a.queues.all(), compareDest)
+	dst = binary.AppendUvarint(dst, uint64(len(queues)))
+	var err error
+	for _, e := range queues {
+		dst = append(dst, byte(e.key.Kind))
+		dst = appendString(dst, e.key.Name)
+		if dst, err = appendAudit(dst, e.au); err != nil {
+			return nil, err
+		}
+	}
+	topics := sortedEntries(a.topics.all(), compareTopicKey)
+	dst = binary.AppendUvarint(dst, uint64(len(topics)))
+	for _, e := range topics {
+		dst = appendString(dst, e.key.consumer)
+		dst = append(dst, byte(e.key.dest.Kind))
+		dst = appendString(dst, e.key.dest.Name)
+		if dst, err = appendAudit(dst, e.au); err != nil {
+			return nil, err
+		}
+	}
+	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst, castagnoli)), nil
+}
+
+// reader is a bounds-checked cursor over a snapshot.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+	}
+}
+
+func (r *reader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad %s", what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte(what string) byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.fail("missing %s", what)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) bytes(what string, minLen int, maxLen uint64) []byte {
+	n := r.uvarint(what + " length")
+	if r.err != nil {
+		return nil
+	}
+	if n < uint64(minLen) || n > maxLen || n > uint64(len(r.b)) {
+		r.fail("%s of %d bytes (%d left)", what, n, len(r.b))
+		return nil
+	}
+	p := r.b[:n]
+	r.b = r.b[n:]
+	return p
+}
+
+func (r *reader) kind(queue bool) Kind {
+	k := Kind(r.byte("kind"))
+	if r.err == nil && (!k.Valid() || (Destination{Kind: k}).IsQueue() != queue) {
+		r.fail("kind %d in the %s table", k, map[bool]string{true: "queue", false: "topic"}[queue])
+	}
+	return k
+}
+
+func (r *reader) audit(cfg settings) auditor {
+	b := r.bytes("audit", minAuditSnapshot, uint64(len(r.b)))
+	if r.err != nil {
+		return nil
+	}
+	au := newAuditor(cfg)
+	if err := au.UnmarshalBinary(b); err != nil {
+		r.err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return nil
+	}
+	return au
+}
+
+// UnmarshalBinary replaces the settings and every audit with those of a
+// snapshot made by MarshalBinary. Every count and length is checked against
+// the bytes present before anything is allocated for it; on any error
+// (wrapping ErrCorrupt) the connection audit is left unchanged. The enabled
+// switch is kept; the counters of the replaced audits are kept in Stats.
+func (a *Audit) UnmarshalBinary(data []byte) error {
+	const minLen = len(snapMagic) + 1 + 6 + 2 + 4
+	if len(data) < minLen {
+		return fmt.Errorf("%w: %d bytes, shorter than a header", ErrCorrupt, len(data))
+	}
+	if string(data[:len(snapMagic)]) != snapMagic {
+		return fmt.Errorf("%w: bad magic", ErrCorrupt)
+	}
+	if v := data[len(snapMagic)]; v != snapVersion {
+		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
+	}
+	body := data[:len(data)-4]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[len(body):]) {
+		return fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	r := reader{b: body[len(snapMagic)+1:]}
+	var vals [6]uint64
+	for i := range vals {
+		vals[i] = r.uvarint("setting")
+		if vals[i] > 1<<31-1 { // keeps the int conversions safe; settings() checks the ranges
+			r.fail("setting %d out of range", vals[i])
+		}
+	}
+	if r.err != nil {
+		return r.err
+	}
+	o := Options{Depth: int(vals[0]), MaxProducers: int(vals[1]), MaxIDLength: int(vals[2]),
+		MaxDestinations: int(vals[3]), MaxConsumers: int(vals[4]), Shards: int(vals[5])}
+	cfg, err := o.settings()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	queues := newTable[Destination](cfg.maxDestinations)
+	topics := newTable[topicKey](cfg.maxConsumers)
+	qm, tm := *queues.m.Load(), *topics.m.Load()
+	var epoch uint64
+
+	n := r.uvarint("queue count")
+	if r.err == nil && (n > uint64(cfg.maxDestinations) || n > uint64(len(r.b)/minQueueRecord)) {
+		r.fail("%d queue audits in %d bytes (cap %d)", n, len(r.b), cfg.maxDestinations)
+	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		k := r.kind(true)
+		name := r.bytes("queue name", 1, maxNameLen)
+		au := r.audit(cfg)
+		if r.err != nil {
+			break
+		}
+		d := Destination{Kind: k, Name: string(name)}
+		if _, dup := qm[d]; dup {
+			r.fail("queue %q twice", trunc(d.Name))
+			break
+		}
+		epoch += 2
+		s := &slot{au: au}
+		s.used.Store(epoch)
+		qm[d] = s
+	}
+	n = r.uvarint("topic count")
+	if r.err == nil && (n > uint64(cfg.maxConsumers) || n > uint64(len(r.b)/(minQueueRecord+1))) {
+		r.fail("%d topic audits in %d bytes (cap %d)", n, len(r.b), cfg.maxConsumers)
+	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		consumer := r.bytes("consumer", 0, maxNameLen)
+		k := r.kind(false)
+		name := r.bytes("topic name", 1, maxNameLen)
+		au := r.audit(cfg)
+		if r.err != nil {
+			break
+		}
+		key := topicKey{consumer: string(consumer), dest: Destination{Kind: k, Name: string(name)}}
+		if _, dup := tm[key]; dup {
+			r.fail("topic %q of consumer %q twice", trunc(key.dest.Name), trunc(key.consumer))
+			break
+		}
+		epoch += 2
+		s := &slot{au: au}
+		s.used.Store(epoch)
+		tm[key] = s
+	}
+	if r.err != nil {
+		return r.err
+	}
+	if len(r.b) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
+	}
+
+	a.lockTables()
+	defer a.unlockTables()
+	var old []auditor
+	for _, s := range a.queues.all() {
+		old = append(old, s.au)
+	}
+	for _, s := range a.topics.all() {
+		old = append(old, s.au)
+	}
+	// Keep the epochs increasing so restored audits keep their order and
+	// are older than anything created afterwards.
+	e := max(a.queues.epoch.Load(), a.topics.epoch.Load()) &^ 1
+	for _, s := range qm {
+		s.used.Store(s.used.Load() + e)
+	}
+	for _, s := range tm {
+		s.used.Store(s.used.Load() + e)
+	}
+	a.queues.m.Store(&qm)
+	a.queues.epoch.Store(e + epoch)
+	a.queues.cap = cfg.maxDestinations
+	a.topics.m.Store(&tm)
+	a.topics.epoch.Store(e + epoch)
+	a.topics.cap = cfg.maxConsumers
+	a.mu.Lock()
+	a.cfg = cfg
+	a.mu.Unlock()
+	if len(old) != 0 {
+		a.retire(false, old...)
+	}
+	return nil
+}
