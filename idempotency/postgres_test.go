@@ -535,9 +535,9 @@ func TestPostgresURL(t *testing.T) {
 		t.Error(err)
 	}
 
-	// The scheme is case-insensitive, as URL schemes are.
+	// The scheme is case-insensitive, as URL schemes are, also through Open.
 	upper := "POSTGRES" + raw[strings.Index(raw, "://"):]
-	s2, err := idempotency.OpenPostgresURL(ctx, withQuery(upper, "msgaudit_table="+table), idempotency.Options{})
+	s2, err := idempotency.Open(ctx, withQuery(upper, "msgaudit_table="+table), idempotency.Options{})
 	if err != nil {
 		t.Fatalf("upper-case scheme: %v", err)
 	}

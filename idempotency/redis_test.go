@@ -575,7 +575,7 @@ func TestRedisRequirePass(t *testing.T) {
 	}
 	for _, tc := range good {
 		t.Run("case="+tc.name, func(t *testing.T) {
-			s, err := idempotency.NewRedisURL(ctx, tc.url, idempotency.Options{}, nil)
+			s, err := idempotency.Open(ctx, tc.url, idempotency.Options{})
 			if err != nil {
 				t.Fatalf("open with the right password: %v", err)
 			}
