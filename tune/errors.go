@@ -13,4 +13,7 @@ var (
 	// ErrDistribution reports a distance distribution ParseDistribution
 	// cannot parse.
 	ErrDistribution = errors.New("tune: invalid distance distribution")
+	// ErrTooLarge is returned by Read for a trace of more than 2^31-1
+	// message ids.
+	ErrTooLarge = errors.New("tune: trace too large")
 )

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 
 	"github.com/acemq/msgaudit/audit"
@@ -13,6 +14,9 @@ import (
 
 // maxLine is the longest trace line Read accepts; longer lines are bad.
 const maxLine = 64 << 10
+
+// maxRecords bounds a trace: record indexes are kept as int32.
+const maxRecords = math.MaxInt32
 
 // DefaultMaxBadLines is how many bad lines Read keeps for reporting when
 // ReadOptions.MaxBadLines is 0. All of them are counted.
@@ -67,7 +71,7 @@ type ReadOptions struct {
 	// Strict makes the first bad line fatal (an error wrapping ErrBadLine).
 	Strict bool
 	// MaxBadLines is how many bad lines to keep in Trace.BadLines; 0 means
-	// DefaultMaxBadLines, negative keeps none. All are counted in Bad.
+// DefaultMaxBadLines, negative keeps none. All are counted in Bad.
 	MaxBadLines int
 	// MaxIDLength rejects longer ids as bad lines; 0 means
 	// audit.DefaultMaxIDLength (what the audit itself accepts).
@@ -171,6 +175,9 @@ func Read(r io.Reader, o ReadOptions) (*Trace, error) {
 			t.byName[rec.Dest][t.Keys[rec.Key]] = s
 		}
 		rec.Stream = s
+		if len(t.Records) == maxRecords {
+			return nil, fmt.Errorf("%w: more than %d message ids", ErrTooLarge, maxRecords)
+		}
 		t.Records = append(t.Records, rec)
 	}
 	return t, nil
