@@ -71,7 +71,7 @@ type ReadOptions struct {
 	// Strict makes the first bad line fatal (an error wrapping ErrBadLine).
 	Strict bool
 	// MaxBadLines is how many bad lines to keep in Trace.BadLines; 0 means
-// DefaultMaxBadLines, negative keeps none. All are counted in Bad.
+	// DefaultMaxBadLines, negative keeps none. All are counted in Bad.
 	MaxBadLines int
 	// MaxIDLength rejects longer ids as bad lines; 0 means
 	// audit.DefaultMaxIDLength (what the audit itself accepts).
