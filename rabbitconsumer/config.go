@@ -1,0 +1,343 @@
+package rabbitconsumer
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/receiver"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultPrefetch         = 50
+	DefaultConcurrency      = 1
+	DefaultConnectRetries   = 5
+	DefaultConnectTimeout   = 10 * time.Second
+	DefaultHeartbeat        = 10 * time.Second
+	DefaultShutdownTimeout  = 30 * time.Second
+	DefaultFrameSize        = 128 << 10 // RabbitMQ's own frame_max default
+	DefaultMaxBodyBytes     = 16 << 20
+	DefaultMaxRequeueDelay  = 5 * time.Second
+	DefaultDeadLetterSuffix = ".dlq"
+)
+
+// Headers this package writes on a dead-lettered copy, besides the
+// receiver's receiver.HeaderDeadLetterReason ("x-dead-letter-reason"),
+// receiver.HeaderAttempts ("x-attempts") and receiver.HeaderOriginalKey
+// ("x-original-key").
+const (
+	// HeaderOriginalQueue names the queue the message was consumed from.
+	HeaderOriginalQueue = "x-original-queue"
+	// HeaderDeliveryCount is the delivery counter quorum queues set; the
+	// consumer reads it as the attempt number.
+	HeaderDeliveryCount = "x-delivery-count"
+)
+
+// Config configures a Consumer. The zero value of every field means its
+// default; URL, Queue and Handler are required.
+//
+// Config implements fmt.Formatter and String: printing it with any verb
+// redacts the password of URL and StoreURL.
+type Config struct {
+	// URL is the broker: "amqp://user:pass@host:5672/vhost" or "amqps://…"
+	// (TLS). The password is never logged and never appears in an error.
+	URL string
+
+	// TLS is the client TLS configuration for amqps:// (cloned per
+	// connection). CAFile, CertFile/KeyFile and ServerName, when set, are
+	// applied on top of it (or of a default config); ServerName defaults to
+	// the URL's host. Setting any of them with an amqp:// URL is an error.
+	TLS                                   *tls.Config
+	CAFile, CertFile, KeyFile, ServerName string
+
+	// Queue is consumed with manual acknowledgements. It must exist (the
+	// consumer does not declare it).
+	Queue string
+
+	// Handler processes each message, wrapped in the duplicate pipeline.
+	Handler receiver.Handler
+
+	// Prefetch is the channel's QoS prefetch count: how many
+	// unacknowledged deliveries the broker sends ahead; default 50.
+	Prefetch int
+
+	// Concurrency is the number of handler goroutines; default 1.
+	Concurrency int
+
+	// MaxAttempts bounds handler attempts per message before it is
+	// dead-lettered; default the receiver's (5).
+	MaxAttempts int
+
+	// Backoff gives the delay before a failed delivery is handed back with
+	// Nack(requeue=true) (RabbitMQ requeues it at once, so the delay is
+	// what spaces the retries); nil means the receiver's exponential
+	// backoff with jitter. Delays are capped at MaxRequeueDelay (default
+	// 5s); during the delay the delivery keeps its prefetch slot.
+	Backoff         func(attempt int) time.Duration
+	MaxRequeueDelay time.Duration
+
+	// ReconnectBackoff spaces reconnect attempts: Initial doubling to Max,
+	// with full jitter; defaults 100ms and 10s.
+	ReconnectBackoff Backoff
+
+	// ConnectRetries is the number of failed connection attempts tolerated
+	// at start before Run returns ErrConnect; default 5, negative = retry
+	// until ctx is done. After the first connection the consumer
+	// reconnects until ctx is done. ConnectTimeout bounds the dial and
+	// handshake of one attempt; default 10s.
+	ConnectRetries int
+	ConnectTimeout time.Duration
+
+	// Heartbeat is the AMQP heartbeat interval; default 10s.
+	Heartbeat time.Duration
+
+	// FrameSize is the largest AMQP frame the client accepts
+	// (amqp.Config.FrameSize, negotiated down to the broker's frame_max);
+	// default 128 KiB. It bounds a message's header block (properties and
+	// headers travel in one frame). MaxBodyBytes bounds the body; default
+	// 16 MiB. amqp091-go has no body limit of its own, so an oversized body
+	// has been read when the check runs: it is dead-lettered unhandled (see
+	// the package documentation); the broker-side bound is RabbitMQ's
+	// max_message_size.
+	FrameSize, MaxBodyBytes int
+
+	// ShutdownTimeout is how long a graceful stop lets running handlers
+	// finish after Run's context is cancelled before their context is
+	// cancelled too; default 30s.
+	ShutdownTimeout time.Duration
+
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+
+	// ConsumerTag prefixes the consumer tag of each connection; default
+	// "msgaudit". ConnectionName is shown in the management UI.
+	ConsumerTag, ConnectionName string
+
+	// Receiver is a prebuilt duplicate pipeline (shared by several
+	// consumers, or with extra selectors such as a metadata-store
+	// selector). When set, Audit, Store, StoreURL, Namespace, MaxAttempts,
+	// Backoff, DuplicatePolicy, OnDuplicate, MissingKey and Metrics are
+	// ignored: they configure the Receiver New builds otherwise.
+	Receiver *receiver.Receiver
+
+	// Audit is an optional in-memory connection audit. AMQP message ids
+	// are usually UUIDs, which it cannot parse; set it when producers use
+	// "<producer>:<sequence>" ids (package msgid). Without it the memory
+	// tier tracks in-flight and completed keys only.
+	Audit receiver.Auditor
+
+	// Store is the idempotency store shared by competing consumers (and
+	// surviving restarts). When nil and StoreURL is set, Run opens the
+	// store from StoreURL ("redis://…", "rediss://…" — Fency's default —
+	// or "postgres://…", "sqlite:PATH", "memory") and closes it when it
+	// returns. With neither, only the in-memory tier runs: duplicates after
+	// a restart or on another consumer are not recognised (logged at warn).
+	Store    idempotency.Store
+	StoreURL string
+
+	// Namespace scopes the store's keys; default the queue name, which
+	// makes the key Fency's (queue name, message id).
+	Namespace string
+
+	// KeyHeader names a header carrying the key of a message without an
+	// AMQP message-id property. A message with neither goes down the
+	// MissingKey path (default: dead-lettered with reason "missing-key";
+	// never a silent drop).
+	KeyHeader string
+
+	// DuplicatePolicy is what happens to a confirmed duplicate (default:
+	// acknowledge, log at warn, count — Fency's behaviour); OnDuplicate is
+	// the hook of receiver.DuplicateHook. MissingKey is the policy for a
+	// delivery without a key.
+	DuplicatePolicy receiver.DuplicatePolicy
+	OnDuplicate     func(ctx context.Context, m *receiver.Message, reason string)
+	MissingKey      receiver.MissingKeyPolicy
+
+	// Metrics receives the receiver's counters (and Reconnects); nil means
+	// a new one (Consumer.Metrics). Export it with
+	// Metrics.Collector("amqp").
+	Metrics *receiver.Metrics
+
+	// DeadLetterExchange and DeadLetterRoutingKey are where dead-lettered
+	// copies are published (with publisher confirms, before the original is
+	// acknowledged). Default: the default exchange with routing key
+	// DeadLetterQueue, a durable queue the consumer declares, named Queue +
+	// ".dlq" unless set. With a DeadLetterExchange set nothing is declared
+	// and the routing key defaults to Queue; the exchange must route it.
+	DeadLetterExchange, DeadLetterRoutingKey, DeadLetterQueue string
+}
+
+// Backoff is an exponential backoff with full jitter: attempt n (from 0)
+// waits a random duration in (0, min(Initial·2ⁿ, Max)].
+type Backoff struct {
+	Initial, Max time.Duration
+}
+
+func (b Backoff) delay(n int) time.Duration {
+	d := b.Initial
+	for i := 0; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	return time.Duration(rand64n(int64(d))) + 1
+}
+
+// withDefaults fills the zero fields of c and validates it.
+func (c Config) withDefaults() (Config, error) {
+	if c.URL == "" {
+		return c, fmt.Errorf("%w: no URL", ErrConfig)
+	}
+	u, err := amqp.ParseURI(c.URL)
+	if err != nil {
+		return c, fmt.Errorf("%w: URL %s: cannot parse", ErrConfig, redactURL(c.URL))
+	}
+	if u.Scheme != "amqps" && (c.TLS != nil || c.CAFile != "" || c.CertFile != "" || c.KeyFile != "") {
+		return c, fmt.Errorf("%w: TLS options set for a %s:// URL; use amqps://", ErrConfig, u.Scheme)
+	}
+	if c.Queue == "" {
+		return c, fmt.Errorf("%w: no Queue", ErrConfig)
+	}
+	if c.Handler == nil {
+		return c, fmt.Errorf("%w: nil Handler", ErrConfig)
+	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = DefaultPrefetch
+	}
+	if c.Prefetch > 65535 {
+		return c, fmt.Errorf("%w: Prefetch %d above 65535", ErrConfig, c.Prefetch)
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxRequeueDelay <= 0 {
+		c.MaxRequeueDelay = DefaultMaxRequeueDelay
+	}
+	if c.ReconnectBackoff.Initial <= 0 {
+		c.ReconnectBackoff.Initial = 100 * time.Millisecond
+	}
+	if c.ReconnectBackoff.Max <= 0 {
+		c.ReconnectBackoff.Max = 10 * time.Second
+	}
+	c.ReconnectBackoff.Max = max(c.ReconnectBackoff.Max, c.ReconnectBackoff.Initial)
+	if c.ConnectRetries == 0 {
+		c.ConnectRetries = DefaultConnectRetries
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.FrameSize <= 0 {
+		c.FrameSize = DefaultFrameSize
+	}
+	if c.FrameSize < 4096 {
+		return c, fmt.Errorf("%w: FrameSize %d below AMQP's minimum 4096", ErrConfig, c.FrameSize)
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.ConsumerTag == "" {
+		c.ConsumerTag = "msgaudit"
+	}
+	if c.DeadLetterExchange == "" {
+		if c.DeadLetterQueue == "" {
+			c.DeadLetterQueue = c.Queue + DefaultDeadLetterSuffix
+		}
+		if c.DeadLetterRoutingKey == "" {
+			c.DeadLetterRoutingKey = c.DeadLetterQueue
+		}
+	} else if c.DeadLetterRoutingKey == "" {
+		c.DeadLetterRoutingKey = c.Queue
+	}
+	if c.DeadLetterExchange == "" && c.DeadLetterRoutingKey == c.Queue {
+		return c, fmt.Errorf("%w: dead letters would be routed back to %q", ErrConfig, c.Queue)
+	}
+	return c, nil
+}
+
+// tlsConfig builds the client TLS configuration for an amqps:// URL from
+// Config.TLS and the file fields (nil: amqp091's default from the URL).
+func (c *Config) tlsConfig() (*tls.Config, error) {
+	if c.TLS == nil && c.CAFile == "" && c.CertFile == "" && c.KeyFile == "" && c.ServerName == "" {
+		return nil, nil
+	}
+	var t *tls.Config
+	if c.TLS != nil {
+		t = c.TLS.Clone()
+	} else {
+		t = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: CAFile: %w", ErrConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: CAFile %s: no PEM certificate found", ErrConfig, c.CAFile)
+		}
+		t.RootCAs = pool
+	}
+	if c.CertFile != "" || c.KeyFile != "" {
+		if c.CertFile == "" || c.KeyFile == "" {
+			return nil, fmt.Errorf("%w: CertFile and KeyFile must be set together", ErrConfig)
+		}
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: client certificate: %w", ErrConfig, err)
+		}
+		t.Certificates = append(t.Certificates, cert)
+	}
+	if c.ServerName != "" {
+		t.ServerName = c.ServerName
+	}
+	return t, nil
+}
+
+// redactURL returns rawURL with its password replaced by "xxxxx".
+func redactURL(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil && u.Opaque != "" && strings.Contains(u.Opaque, "@") {
+		return u.Scheme + ":(redacted)"
+	}
+	return idempotency.RedactURL(rawURL)
+}
+
+// String describes the configuration with every secret redacted: passwords
+// in URL and StoreURL never appear. %v, %+v, %#v and %s of a Config use it.
+func (c Config) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "rabbitconsumer.Config{URL:%s Queue:%q", redactURL(c.URL), c.Queue)
+	if c.TLS != nil || c.CAFile != "" || c.CertFile != "" || c.ServerName != "" {
+		fmt.Fprintf(&b, " TLS:{custom:%t CAFile:%q CertFile:%q ServerName:%q}", c.TLS != nil, c.CAFile, c.CertFile, c.ServerName)
+	}
+	fmt.Fprintf(&b, " Prefetch:%d Concurrency:%d MaxAttempts:%d ConnectRetries:%d Heartbeat:%v FrameSize:%d MaxBodyBytes:%d",
+		c.Prefetch, c.Concurrency, c.MaxAttempts, c.ConnectRetries, c.Heartbeat, c.FrameSize, c.MaxBodyBytes)
+	fmt.Fprintf(&b, " Store:%t StoreURL:%s Namespace:%q KeyHeader:%q DeadLetter:{Exchange:%q RoutingKey:%q Queue:%q}}",
+		c.Store != nil, redactURL(c.StoreURL), c.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
+	return b.String()
+}
+
+// GoString redacts like String.
+func (c Config) GoString() string { return c.String() }
+
+// Format makes every verb print the redacted String.
+func (c Config) Format(f fmt.State, verb rune) {
+	s := c.String()
+	if verb == 'q' {
+		s = fmt.Sprintf("%q", s)
+	}
+	_, _ = f.Write([]byte(s))
+}

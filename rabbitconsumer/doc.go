@@ -1,0 +1,89 @@
+// Package rabbitconsumer is an at-least-once RabbitMQ consumer
+// (github.com/rabbitmq/amqp091-go) that applies every message once: each
+// delivery runs through the duplicate pipeline of package receiver with
+// Fency's key — the AMQP message-id property, namespaced by the queue name
+// — and an idempotency store shared by competing consumers (Redis by
+// default when Config.StoreURL names one, as Fency does).
+//
+// # Acknowledgements
+//
+// The queue is consumed with manual acknowledgements and a QoS prefetch of
+// Config.Prefetch, by Config.Concurrency handler goroutines. For each
+// delivery receiver.Process decides:
+//
+//   - Ack: the handler succeeded and the store confirmed the key, or the
+//     delivery is a duplicate of confirmed work (logged at warn and
+//     counted: Fency's default; see Config.DuplicatePolicy for the
+//     others). The consumer sends basic.ack.
+//   - Requeue: the handler failed (its claim was released and its audit
+//     bit rolled back), or the outcome is unknown (the original is in
+//     flight here or on another consumer, or the store cannot answer).
+//     After Result.RetryAfter (capped by Config.MaxRequeueDelay) the
+//     consumer sends basic.nack with requeue=true; unlike ActiveMQ's STOMP
+//     NACK, RabbitMQ really requeues. A delivery whose outcome is unknown
+//     is never acknowledged.
+//   - DeadLetter: after Config.MaxAttempts failures, for a message without
+//     a key, or by duplicate policy. The consumer publishes a persistent
+//     copy with the headers x-dead-letter-reason, x-attempts,
+//     x-original-queue and x-original-key to the dead-letter destination
+//     (by default the durable queue "<queue>.dlq", declared on connect),
+//     waits for the broker's publisher confirm and only then acknowledges
+//     the original; if the copy is not confirmed the original is handed
+//     back. Nothing is ever dropped silently.
+//
+// A message without a message-id takes its key from Config.KeyHeader; with
+// neither it goes down Config.MissingKey (default: dead-letter, reason
+// "missing-key").
+//
+// # Connection loss
+//
+// Each connection (with its consuming channel and a confirm-mode channel
+// for dead letters) is one generation. When the connection or a channel
+// closes (NotifyClose) the generation is dead: delivery tags belong to
+// their channel, so nothing of it is acknowledged any more — deliveries
+// it had buffered but not started are dropped and rolled back with
+// receiver.Forget (the broker redelivers all of them), and handlers still
+// running finish and settle with the pipeline (a success is confirmed in
+// the store and remembered, so its redelivery is acknowledged as a
+// duplicate; a failure is released, so its redelivery runs) but send
+// nothing to the broker (Stats.StaleAcks). The consumer reconnects with
+// exponential backoff and full jitter (Config.ReconnectBackoff) until
+// Run's context ends. At start, Config.ConnectRetries bounds the attempts
+// (ErrConnect). A refused login or vhost (ErrRejected) and a certificate
+// that fails verification (ErrTLS) end Run at once: retrying cannot help.
+//
+// # TLS, credentials and limits
+//
+// amqps:// URLs use TLS with Config.TLS, or a CA file, a client
+// certificate and a server name (Config.CAFile, CertFile/KeyFile,
+// ServerName). Credentials come from the URL. The password is never
+// logged and never appears in an error: Config's String and Format redact
+// it, every log record passes through a redacting handler and errors are
+// scrubbed.
+//
+// Config.FrameSize (default 128 KiB) is the frame size the client
+// negotiates (amqp.Config.FrameSize): a message's properties and headers
+// travel in one frame, so it bounds them. amqp091-go has no body limit: it
+// assembles the whole body before handing over the delivery, so
+// Config.MaxBodyBytes (default 16 MiB) is checked after the read — an
+// oversized body is dead-lettered (reason "body-too-large: …") without
+// running the handler. Bound what the broker accepts with RabbitMQ's
+// max_message_size.
+//
+// # Graceful shutdown
+//
+// When Run's context is cancelled the consumer cancels its consumer tag,
+// hands back (nack, requeue) the deliveries it had not started, lets
+// running handlers finish (their context is cancelled after
+// Config.ShutdownTimeout) and settles them, then closes the connection.
+//
+// # Concurrency
+//
+// A Consumer is safe for concurrent use; Run may be called once at a time.
+// With Concurrency 1 the queue's messages are handled one at a time in
+// delivery order (requeues and redeliveries reorder them anyway). After a
+// connection loss the handlers of the dead generation may still be
+// finishing while the new generation's start, so up to twice Concurrency
+// handlers can run for a moment. Handlers must be safe for concurrent use
+// when Concurrency > 1. Stats and Metrics may be read at any time.
+package rabbitconsumer
