@@ -466,7 +466,8 @@ func redactError(err error, rawURL string) error {
 	msg := err.Error()
 	changed := false
 	for _, sec := range urlSecrets(rawURL) {
-		for _, form := range []string{sec, url.PathEscape(sec), url.QueryEscape(sec)} {
+		userinfo := strings.TrimPrefix(url.UserPassword("", sec).String(), ":")
+		for _, form := range []string{sec, url.PathEscape(sec), url.QueryEscape(sec), userinfo} {
 			if form != "" && strings.Contains(msg, form) {
 				msg = strings.ReplaceAll(msg, form, redacted)
 				changed = true
@@ -479,8 +480,9 @@ func redactError(err error, rawURL string) error {
 	return &redactedError{msg: msg, err: err}
 }
 
-// urlSecrets lists the secrets in rawURL: the userinfo password and the
-// values of secret query parameters. An unparsable URL is read textually.
+// urlSecrets lists the secrets in rawURL: the userinfo password (decoded and
+// as written) and the values of secret query parameters. An unparsable URL
+// yields the userinfo password as written.
 func urlSecrets(rawURL string) []string {
 	var secrets []string
 	if u, err := url.Parse(rawURL); err == nil {
@@ -500,9 +502,9 @@ func urlSecrets(rawURL string) []string {
 				}
 			}
 		}
-		return secrets
 	}
-	// Unparsable: take the userinfo password the way redactText finds it.
+	// The userinfo password as written, escapes and all; for an unparsable
+	// URL the only form known.
 	if _, rest, ok := strings.Cut(rawURL, "://"); ok {
 		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
 			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {

@@ -25,8 +25,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/storetest"
@@ -861,4 +863,58 @@ func TestRedisHungServer(t *testing.T) {
 			t.Errorf("%s on a hung server: %v, want an error matching context.DeadlineExceeded", name, err)
 		}
 	}
+}
+
+// TestRedactionProperty: for any password, well-formed in the URL or
+// pasted in raw, the errors of a failing NewRedisURL or OpenPostgresURL
+// never contain it, raw or in any of its escaped forms. The failures used
+// need no I/O (a closed PostgreSQL port fails at once; the Redis URLs are
+// refused while parsing), so many passwords can be tried.
+func TestRedactionProperty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	addr := remoteClosedAddr(t)
+	rapid.Check(t, func(rt *rapid.T) {
+		// A marker on both ends makes the password unmistakable in error
+		// text; the middle is any printable ASCII, specials included.
+		mid := rapid.StringOfN(rapid.RuneFrom(nil, &unicode.RangeTable{R16: []unicode.Range16{{Lo: 0x21, Hi: 0x7e, Stride: 1}}}), 0, 24, -1).Draw(rt, "mid")
+		pw := "Qz9" + mid + "Qz9"
+		escaped := url.UserPassword("user", pw).String() // user:ESCAPED
+		raw := "user:" + pw
+		forms := []string{pw, url.PathEscape(pw), url.QueryEscape(pw), strings.TrimPrefix(escaped, "user:")}
+		var urls []string
+		for _, ui := range []string{escaped, raw} {
+			urls = append(urls,
+				"redis://"+ui+"@"+addr+"/notadb",
+				"redis://"+ui+"@"+addr+"/0?bogus_option=1",
+				"postgres://"+ui+"@"+addr+"/test?sslmode=disable",
+				"postgres://postgres@"+addr+"/test?sslmode=disable&password="+url.QueryEscape(pw),
+			)
+		}
+		for _, u := range urls {
+			var err error
+			if strings.HasPrefix(u, "redis") {
+				_, err = idempotency.NewRedisURL(ctx, u, idempotency.Options{}, nil)
+			} else {
+				_, err = idempotency.OpenPostgresURL(ctx, u, idempotency.Options{})
+			}
+			if err == nil {
+				rt.Fatalf("open %q succeeded", u)
+			}
+			text := err.Error() + " " + fmt.Sprintf("%+v", err)
+			// A raw password with '@', '/', '?' or '#' changes how the URL
+			// splits, so only part of it is in the password position; check
+			// the well-formed URLs strictly and the raw ones for the
+			// password as the parser saw it.
+			check := forms
+			if strings.Contains(u, raw+"@") && strings.ContainsAny(pw, "@/?#") {
+				continue
+			}
+			for _, f := range check {
+				if strings.Contains(text, f) {
+					rt.Fatalf("error for %q shows the password (as %q): %s", u, f, text)
+				}
+			}
+		}
+	})
 }
