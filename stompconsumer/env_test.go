@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +48,11 @@ func uniq(prefix string) string {
 // inspector).
 func rawDial(t testing.TB, addr string) *stomp.Conn {
 	t.Helper()
-	c, err := stomp.Dial("tcp", addr, stomp.ConnOpt.AcceptVersion(stomp.V12), stomp.ConnOpt.HeartBeat(0, 0))
+	opts := []func(*stomp.Conn) error{stomp.ConnOpt.AcceptVersion(stomp.V12), stomp.ConnOpt.HeartBeat(0, 0)}
+	if user, pass, ok := strings.Cut(os.Getenv("MSGAUDIT_STOMP_AUTH"), ":"); ok {
+		opts = append(opts, stomp.ConnOpt.Login(user, pass))
+	}
+	c, err := stomp.Dial("tcp", addr, opts...)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}

@@ -41,14 +41,15 @@ const (
 type limState uint8
 
 const (
-	limIdle       limState = iota // between frames (heart-beat EOLs pass)
-	limHeader                     // buffering command and headers
-	limOverflow                   // header block too large: keeping essentials
-	limBodyLen                    // passing content-length body bytes
-	limTerminator                 // passing the NUL after a content-length body
-	limBodyNUL                    // buffering a body that ends at NUL
-	limDiscardLen                 // discarding a cut body of known length (+ NUL)
-	limDiscardNUL                 // discarding a cut body up to NUL
+	limIdle        limState = iota // between frames (heart-beat EOLs pass)
+	limHeader                      // buffering command and headers
+	limOverflow                    // header block too large: keeping essentials
+	limBodyLen                     // passing content-length body bytes
+	limTerminator                  // passing the NUL after a content-length body
+	limBodyNUL                     // buffering a body that ends at NUL
+	limDiscardLen                  // discarding a cut body of known length (+ NUL)
+	limDiscardTerm                 // discarding the NUL after a cut body of known length
+	limDiscardNUL                  // discarding a cut body up to NUL
 )
 
 // limitReader enforces frame limits; see above. It is used by one reader
@@ -70,6 +71,9 @@ type limitReader struct {
 	kept   []byte // limOverflow: command + essential header lines
 	line   []byte // limOverflow: current line (≤ maxKeptLine)
 	lineOK bool   // limOverflow: current line fits maxKeptLine
+	ovCL   int64  // limOverflow: the first content-length, if ovHas
+	ovHas  bool   // limOverflow: a usable content-length was seen
+	ovSeen bool   // limOverflow: a content-length header was seen
 	body   []byte // limBodyNUL
 	remain int64  // limBodyLen / limDiscardLen
 
@@ -117,8 +121,9 @@ func (l *limitReader) Read(p []byte) (int, error) {
 		}
 		n, err := l.src.Read(l.buf)
 		l.feed(l.buf[:n])
-		if err != nil {
+		if err != nil && l.err == nil {
 			l.err = err
+			l.flush()
 		}
 	}
 	n := copy(p, l.out[l.outOff:])
@@ -186,6 +191,9 @@ func (l *limitReader) feed(data []byte) {
 				l.cutHeader()
 				continue
 			}
+			if l.lineOK {
+				l.noteContentLength(line)
+			}
 			if l.lineOK && l.keep(line) && len(l.kept)+len(line)+1 <= maxKeptHeaders {
 				l.kept = append(append(l.kept, line...), '\n')
 			}
@@ -237,8 +245,11 @@ func (l *limitReader) feed(data []byte) {
 			data = data[n:]
 			l.remain -= n
 			if l.remain == 0 {
-				l.state = limIdle
+				l.state = limDiscardTerm
 			}
+		case limDiscardTerm:
+			data = data[1:]
+			l.state = limIdle
 		case limDiscardNUL:
 			i := bytes.IndexByte(data, 0)
 			if i < 0 {
@@ -249,6 +260,21 @@ func (l *limitReader) feed(data []byte) {
 			l.state = limIdle
 		}
 	}
+}
+
+// flush passes on a partial frame held back when the stream ends, so the
+// reader sees the same truncated input it would have seen without the
+// limiter (and reports the same error).
+func (l *limitReader) flush() {
+	switch l.state {
+	case limHeader:
+		l.out = append(l.out, l.hdr...)
+	case limBodyNUL:
+		l.out = append(l.out, l.hdr...)
+		l.out = append(l.out, l.body...)
+	}
+	l.hdr, l.body = l.hdr[:0], l.body[:0]
+	l.state = limIdle
 }
 
 // endHeader handles the end of a header block that fit maxHeader.
@@ -262,7 +288,7 @@ func (l *limitReader) endHeader() {
 		l.state = limIdle
 	case ok && cl > int64(l.maxBody):
 		l.emitCut(l.hdr, "body larger than MaxBodyBytes")
-		l.remain, l.state = cl+1, limDiscardLen
+		l.remain, l.state = cl, limDiscardLen
 	case ok:
 		l.out = append(l.out, l.hdr...)
 		l.remain, l.state = cl, limBodyLen
@@ -278,12 +304,16 @@ func (l *limitReader) endHeader() {
 // complete so far are filtered, the partial one continues in l.line.
 func (l *limitReader) startOverflow() {
 	l.kept = l.kept[:0]
+	l.ovCL, l.ovHas, l.ovSeen = 0, false, false
 	first := true
 	rest := l.hdr[:l.lineAt]
 	for len(rest) > 0 {
 		i := bytes.IndexByte(rest, '\n')
 		line := bytes.TrimSuffix(rest[:i], []byte{'\r'})
 		rest = rest[i+1:]
+		if !first {
+			l.noteContentLength(line)
+		}
 		if first || (len(line) <= maxKeptLine && l.keep(line) && len(l.kept)+len(line)+1 <= maxKeptHeaders) {
 			l.kept = append(append(l.kept, line...), '\n')
 		}
@@ -301,14 +331,33 @@ func (l *limitReader) startOverflow() {
 // cutHeader ends an oversized header block: emit the cut frame, then skip
 // the body.
 func (l *limitReader) cutHeader() {
-	cl, ok, _ := contentLength(l.kept)
+	cl, ok := l.ovCL, l.ovHas
 	l.emitCut(l.kept, "header block larger than MaxHeaderBytes")
 	l.line, l.lineOK = l.line[:0], true
 	switch {
+	case ok && cl == 0:
+		l.state = limDiscardTerm
 	case ok:
-		l.remain, l.state = cl+1, limDiscardLen
+		l.remain, l.state = cl, limDiscardLen
 	default:
 		l.state = limDiscardNUL
+	}
+}
+
+// noteContentLength remembers the first content-length header of an
+// oversized header block (it is not kept on the cut frame, but it says how
+// much body to skip). An unparseable value counts as none: the body is
+// then skipped up to the next NUL.
+func (l *limitReader) noteContentLength(line []byte) {
+	if l.ovSeen {
+		return
+	}
+	if v, found := bytes.CutPrefix(line, []byte("content-length:")); found {
+		l.ovSeen = true
+		// go-stomp's own rule: an unsigned 32-bit decimal.
+		if n, err := strconv.ParseUint(string(v), 10, 32); err == nil {
+			l.ovCL, l.ovHas = int64(n), true
+		}
 	}
 }
 
@@ -393,11 +442,12 @@ func contentLength(hdr []byte) (n int64, ok, bad bool) {
 			continue
 		}
 		if v, found := bytes.CutPrefix(line, []byte("content-length:")); found {
-			n, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || n < 0 {
+			// go-stomp's own rule: an unsigned 32-bit decimal.
+			n, err := strconv.ParseUint(string(v), 10, 32)
+			if err != nil {
 				return 0, true, true
 			}
-			return n, true, false
+			return int64(n), true, false
 		}
 	}
 	return 0, false, false

@@ -1,0 +1,123 @@
+// Package stompconsumer is an at-least-once STOMP consumer for ActiveMQ
+// Classic that never applies a message twice and never loses one. It runs
+// every delivery through the duplicate pipeline of package receiver (the
+// connection audit, the in-flight/outcome table, an optional durable
+// idempotency store) and settles it with the broker in the order that
+// keeps both promises.
+//
+// # Connections
+//
+// Config.Addresses lists brokers ("tcp://h:p", "ssl://h:p",
+// "stomp+ssl://h:p" or "h:p"). The consumer dials with a net.Dialer
+// (DialContext), wraps the socket in TLS when the address or the TLS
+// options ask for it, and speaks STOMP 1.2 with login, passcode, host
+// header and heart-beats. When a connection breaks it reconnects to the
+// next address with exponential backoff and jitter and subscribes again;
+// each connection is one generation. At start, Config.ConnectRetries
+// bounds the attempts (ErrConnect, with the last dial error). A broker
+// that answers CONNECT with an ERROR frame (wrong credentials: "User name
+// [null] or password is invalid.") or a certificate that fails
+// verification ends Run at once with ErrRejected or ErrTLS: retrying
+// cannot help and would hammer the broker's authentication.
+//
+// The passcode (and any password in an address URL) is never written to a
+// log line or an error: Config's String and Format redact it, every log
+// record passes through a redacting handler and every error is scrubbed.
+//
+// # Acknowledgement order
+//
+// Subscriptions use ack:client-individual with activemq.prefetchSize =
+// Config.Prefetch. For each delivery, receiver.Process decides: Ack →
+// the consumer sends ACK after the store confirmed; Requeue → a retry copy
+// (below); DeadLetter → a dead-letter copy. A delivery whose original is
+// still in flight (here or on another consumer holding the store claim) is
+// never acknowledged while that outcome is unknown.
+//
+// An ack id belongs to the connection that delivered the message. When a
+// connection is lost, every delivery received on it and not yet
+// acknowledged — prefetched ones the handler never saw included — comes
+// back from the broker with redelivered:true. The consumer therefore
+// never acknowledges a delivery of a dead generation: deliveries still
+// queued are dropped unprocessed (counted in Stats.Dropped), and handlers
+// already running finish and settle with the pipeline (a success is
+// confirmed and remembered, so its redelivery is acknowledged as a
+// duplicate; a failure is rolled back, so its redelivery runs) but send
+// nothing to the broker (Stats.StaleAcks). The audit is checked when a
+// delivery is processed, not when it arrives, so a prefetched delivery
+// that is dropped never set an audit bit and needs no rollback
+// (receiver.Forget): calling Forget for it could only clear a bit set by
+// another, completed delivery of the same key.
+//
+// # Retries without NACK
+//
+// On ActiveMQ a STOMP NACK is not a retry: it is a poison ack. A
+// persistent message goes straight to ActiveMQ.DLQ on the first NACK and a
+// non-persistent one is discarded. Redelivery only happens when the
+// connection or the subscription ends, and leaving a failed delivery
+// unacknowledged would hold a prefetch slot until then. So a failed
+// delivery on a queue is retried like this, after Result.RetryAfter
+// (Config.RetryBackoff): in ONE STOMP transaction the consumer SENDs a
+// persistent copy to the same destination, carrying
+// receiver.HeaderOriginalKey (x-original-key, the original's key) and
+// receiver.HeaderAttempts (x-attempts, the attempts made), and ACKs the
+// original; then COMMITs and waits for the receipt. ActiveMQ commits a
+// SEND and an ACK of one transaction together, so exactly one live
+// instance of the message exists at every moment: if the commit's outcome
+// is unknown because the connection broke, either the copy is queued and
+// the original gone, or the original comes back and no copy exists. The
+// copy is keyed by the key it carries, so the pipeline treats it as the
+// same message (its audit bit was rolled back and its claim released when
+// the attempt failed). After Config.MaxAttempts the message is
+// dead-lettered the same way: a copy to Config.DeadLetterDestination with
+// receiver.HeaderDeadLetterReason, receiver.HeaderAttempts and
+// HeaderOriginalDestination, committed with the ACK of the original. A
+// delivery whose outcome is unknown (in flight elsewhere, store down) is
+// handed back the same way after a short backoff, with HeaderRequeues
+// counting hand-backs instead of attempts.
+//
+// Topic messages cannot be copied back to their destination (every
+// subscriber would receive the copy), so a topic delivery is retried in
+// place, in the worker that holds it, until it succeeds or is
+// dead-lettered. A non-durable topic subscription loses what it had not
+// acknowledged when its connection breaks: that is what a non-durable
+// subscription is; use a durable one (Subscription.Headers
+// activemq.subscriptionName and Config.ClientID) when that matters.
+//
+// The only NACK this package sends is for a frame cut by the size limits
+// (below): there the consumer does not hold the body, and the poison ack
+// lets the broker move the full message to its DLQ.
+//
+// # Frame limits
+//
+// go-stomp v3.1.3 bounds neither header lines nor bodies. The consumer
+// reads every frame through a limiter enforcing Config.MaxHeaderBytes
+// (default 64 KiB) and Config.MaxBodyBytes (default 16 MiB) while holding
+// at most one frame's allowed bytes. An oversized frame is cut to the
+// headers needed to acknowledge it, its remainder discarded as it
+// streams in, and the delivery is returned with NACK (Stats.Oversized).
+// A command line longer than MaxHeaderBytes is no STOMP and ends the
+// connection. What go-stomp still buffers on its own: up to 20 frames in
+// its read channel and 16 per subscription, each within the limits.
+//
+// # Graceful shutdown
+//
+// When Run's context is cancelled the consumer stops dispatching, lets
+// in-flight handlers finish (their context is cancelled after
+// Config.ShutdownTimeout), sends their ACKs or copies, then UNSUBSCRIBEs
+// and DISCONNECTs with a receipt. The order matters: ActiveMQ silently
+// ignores an ACK sent after UNSUBSCRIBE. Deliveries received but not
+// started are not acknowledged; the broker sends them again.
+//
+// # Concurrency
+//
+// A Consumer is safe for concurrent use; Run may be called once at a time.
+// Each subscription has Concurrency worker goroutines fed in arrival order
+// by a reader that never blocks (go-stomp serves a whole connection from
+// one goroutine). With Concurrency 1 a subscription's messages are handled
+// one at a time in arrival order; retries, redeliveries and reconnects
+// reorder messages in any case. After a connection loss the handlers of
+// the lost generation may still be finishing while the new generation's
+// start, so up to twice Concurrency handlers can run for a moment.
+// Handlers must be safe for concurrent use when Concurrency > 1. Stats and
+// Metrics may be read at any time.
+package stompconsumer
