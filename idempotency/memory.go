@@ -14,20 +14,18 @@ import (
 // memoryShards is the number of independently locked maps in a Memory.
 const memoryShards = 64
 
-// memKey is a map key. A key whose storage form exceeds MaxKeyLength is
-// kept as its hash (hashed set, id the hashed storage key, ns empty), so a
-// store holding long ids stays bounded per entry; hashed keys never equal
-// verbatim ones because of the flag.
-type memKey struct {
-	ns, id string
-	hashed bool
-}
+// memKey identifies a key inside a Memory: a 128-bit fingerprint of the
+// namespace and id from two independently, randomly seeded hashes. Map
+// keys and values hold no pointers, so the garbage collector never scans
+// the maps and an entry costs the same whatever the key's length.
+type memKey [2]uint64
 
-// memEntry is the state of one key: claimed by owner until expires, or
-// confirmed (owner empty) and retained until expires. Times are Unix
-// nanoseconds of the store's clock; an entry with expires <= now is gone.
+// memEntry is the state of one key: claimed by the holder of token number
+// seq until expires, or confirmed and retained until expires. Times are
+// Unix nanoseconds of the store's clock; an entry with expires <= now is
+// gone.
 type memEntry struct {
-	owner     string
+	seq       uint64
 	expires   int64
 	confirmed bool
 }
@@ -35,7 +33,7 @@ type memEntry struct {
 type memShard struct {
 	mu sync.Mutex
 	m  map[memKey]memEntry
-	_  [40]byte // keep neighbouring shard locks off one cache line
+	_  [48]byte // keep neighbouring shard locks off one cache line
 }
 
 // Memory is an in-process Store for tests and single-process consumers.
@@ -45,14 +43,21 @@ type memShard struct {
 // dropped lazily when their key is touched, and all at once by Purge; no
 // goroutine runs in the background. Time comes from Options.Clock.
 //
+// A key is held as a 128-bit fingerprint of its namespace and id (two
+// hash/maphash hashes with secret random seeds), not as the strings: about
+// 40 bytes per key whatever its length, and no pointers for the garbage
+// collector to scan. Two distinct keys share a fingerprint with
+// probability about n²/2¹²⁹ for n keys held (10⁻²¹ for a billion), and
+// the seeds being secret, nobody can construct such a pair.
+// Options.MaxKeyLength does not apply.
+//
 // The zero value is not usable; call NewMemory. A Memory is safe for
 // concurrent use. Its contents are lost with the process.
 type Memory struct {
 	ttl, retention time.Duration
 	clock          Clock
-	maxKey         int
-	seed           maphash.Seed
-	tokenBase      uint64
+	seed1, seed2   maphash.Seed
+	tokenPrefix    string // 16 hex digits, random per store
 	tokenSeq       atomic.Uint64
 	closed         atomic.Bool
 	shards         [memoryShards]memShard
@@ -69,44 +74,62 @@ func NewMemory(o Options) *Memory {
 		panic(err.Error())
 	}
 	m := &Memory{
-		ttl:       o.ClaimTTL,
-		retention: o.Retention,
-		clock:     o.Clock,
-		maxKey:    o.MaxKeyLength,
-		seed:      maphash.MakeSeed(),
+		ttl:         o.ClaimTTL,
+		retention:   o.Retention,
+		clock:       o.Clock,
+		seed1:       maphash.MakeSeed(),
+		seed2:       maphash.MakeSeed(),
+		tokenPrefix: NewToken()[:16],
 	}
-	var b [8]byte
-	tok := NewToken()
-	_, _ = hex.Decode(b[:], []byte(tok[:16]))
-	m.tokenBase = binary.LittleEndian.Uint64(b[:])
 	for i := range m.shards {
 		m.shards[i].m = make(map[memKey]memEntry)
 	}
 	return m
 }
 
-// key maps k to its map key and shard.
+// key fingerprints k and picks its shard. Namespace and id are hashed
+// separately and combined, so ("a", "bc") and ("ab", "c") differ.
 func (m *Memory) key(k Key) (memKey, *memShard) {
-	var mk memKey
-	if len(k.Namespace)+1+len(k.ID) > m.maxKey {
-		mk = memKey{id: k.StorageKey(m.maxKey), hashed: true}
-	} else {
-		mk = memKey{ns: k.Namespace, id: k.ID}
+	const mul = 0x9e3779b97f4a7c15
+	mk := memKey{
+		maphash.String(m.seed1, k.Namespace)*mul ^ maphash.String(m.seed1, k.ID),
+		maphash.String(m.seed2, k.Namespace)*mul ^ maphash.String(m.seed2, k.ID),
 	}
-	h := maphash.String(m.seed, mk.id) ^ maphash.String(m.seed, mk.ns)*0x9e3779b97f4a7c15
-	return mk, &m.shards[h%memoryShards]
+	return mk, &m.shards[mk[0]%memoryShards]
 }
 
-// newToken returns an owner token unique within this store (a counter)
-// and, with overwhelming probability, across stores (a random base). It
-// costs one small allocation instead of a crypto/rand read.
-func (m *Memory) newToken() string {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], m.tokenBase)
-	binary.BigEndian.PutUint64(b[8:], m.tokenSeq.Add(1))
+// newToken returns the token for claim number seq: the store's random
+// prefix and seq, 32 hex digits. Tokens are unique within the store (a
+// counter) and, with overwhelming probability, across stores (the
+// prefix). It costs one small allocation instead of a crypto/rand read.
+func (m *Memory) newToken(seq uint64) string {
 	var s [32]byte
-	hex.Encode(s[:], b[:])
+	copy(s[:16], m.tokenPrefix)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seq)
+	hex.Encode(s[16:], b[:])
 	return string(s[:])
+}
+
+// parseToken returns the claim number in token, or 0 (never a claim's
+// number) when token was not made by this store.
+func (m *Memory) parseToken(token string) uint64 {
+	if len(token) != 32 || token[:16] != m.tokenPrefix {
+		return 0
+	}
+	var n uint64
+	for i := 16; i < 32; i++ {
+		c := token[i]
+		switch {
+		case '0' <= c && c <= '9':
+			n = n<<4 | uint64(c-'0')
+		case 'a' <= c && c <= 'f':
+			n = n<<4 | uint64(c-'a'+10)
+		default:
+			return 0
+		}
+	}
+	return n
 }
 
 // check returns the error every operation starts with.
@@ -147,11 +170,10 @@ func (m *Memory) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) 
 		}
 		return InProgress, Claim{}, nil
 	}
-	tok := m.newToken()
-	exp := now.Add(m.ttl)
-	sh.m[mk] = memEntry{owner: tok, expires: addNanos(nowN, m.ttl)}
+	seq := m.tokenSeq.Add(1)
+	sh.m[mk] = memEntry{seq: seq, expires: addNanos(nowN, m.ttl)}
 	sh.mu.Unlock()
-	return Claimed, Claim{Key: key, Token: tok, Expires: exp}, nil
+	return Claimed, Claim{Key: key, Token: m.newToken(seq), Expires: now.Add(m.ttl)}, nil
 }
 
 // Claim takes a lease on key; ok is false when the key is claimed by
@@ -161,9 +183,10 @@ func (m *Memory) Claim(ctx context.Context, key Key) (Claim, bool, error) {
 	return c, o == Claimed, err
 }
 
-// held reports whether e is a live claim owned by token.
-func held(e memEntry, found bool, token string, now int64) bool {
-	return found && !e.confirmed && e.owner == token && token != "" && e.expires > now
+// held reports whether e is a live claim with number seq (0 matches
+// nothing).
+func held(e memEntry, found bool, seq uint64, now int64) bool {
+	return found && !e.confirmed && e.seq == seq && seq != 0 && e.expires > now
 }
 
 // Confirm marks the work finished and remembers it for the retention
@@ -173,15 +196,17 @@ func (m *Memory) Confirm(ctx context.Context, c Claim) error {
 	if err := m.check(ctx, c.Key); err != nil {
 		return err
 	}
+	seq := m.parseToken(c.Token)
 	now := m.clock.Now().UnixNano()
 	mk, sh := m.key(c.Key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	e, ok := sh.m[mk]
-	if !held(e, ok, c.Token, now) {
+	if !held(e, ok, seq, now) {
+		sh.mu.Unlock()
 		return ErrClaimLost
 	}
 	sh.m[mk] = memEntry{confirmed: true, expires: addNanos(now, m.retention)}
+	sh.mu.Unlock()
 	return nil
 }
 
@@ -191,15 +216,17 @@ func (m *Memory) Release(ctx context.Context, c Claim) error {
 	if err := m.check(ctx, c.Key); err != nil {
 		return err
 	}
+	seq := m.parseToken(c.Token)
 	now := m.clock.Now().UnixNano()
 	mk, sh := m.key(c.Key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	e, ok := sh.m[mk]
-	if !held(e, ok, c.Token, now) {
+	if !held(e, ok, seq, now) {
+		sh.mu.Unlock()
 		return ErrClaimLost
 	}
 	delete(sh.m, mk)
+	sh.mu.Unlock()
 	return nil
 }
 
@@ -210,17 +237,19 @@ func (m *Memory) Renew(ctx context.Context, c Claim) (Claim, error) {
 	if err := m.check(ctx, c.Key); err != nil {
 		return Claim{}, err
 	}
+	seq := m.parseToken(c.Token)
 	now := m.clock.Now()
 	nowN := now.UnixNano()
 	mk, sh := m.key(c.Key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	e, ok := sh.m[mk]
-	if !held(e, ok, c.Token, nowN) {
+	if !held(e, ok, seq, nowN) {
+		sh.mu.Unlock()
 		return Claim{}, ErrClaimLost
 	}
 	e.expires = addNanos(nowN, m.ttl)
 	sh.m[mk] = e
+	sh.mu.Unlock()
 	c.Expires = now.Add(m.ttl)
 	return c, nil
 }
