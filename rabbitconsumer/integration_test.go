@@ -369,3 +369,40 @@ func TestTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreURL: with StoreURL naming Redis (Fency's default store) a
+// restarted consumer — new process state, same Redis — recognises a
+// message it already processed.
+func TestStoreURL(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	q := b.queue("msgaudit-su-")
+	redisURL := serviceURL(t, "MSGAUDIT_REDIS_URL")
+	prefix := randomName(t, "msgaudit:test:") + ":"
+	t.Cleanup(func() { deletePrefix(t, redisClient(t), prefix) })
+	sep := "?"
+	if strings.Contains(redisURL, "?") {
+		sep = "&"
+	}
+	h := newCounting()
+	for run := range 2 {
+		c, err := New(Config{URL: b.url, Queue: q, Handler: h.handle,
+			StoreURL: redisURL + sep + "msgaudit_prefix=" + url.QueryEscape(prefix)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runConsumer(t, c)
+		b.publish(q, amqp.Publishing{MessageId: "once"})
+		waitFor(t, "the delivery settled", func() bool { return c.Stats().Acks == 1 })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		s := c.Metrics().Snapshot()
+		if run == 1 && (s.DuplicatesStore != 1 || s.Processed != 0) {
+			t.Fatalf("after restart: %+v; want the store to absorb the duplicate", s)
+		}
+	}
+	if n := h.n("once"); n != 1 {
+		t.Fatalf("handler ran %d times; want 1", n)
+	}
+}
