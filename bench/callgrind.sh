@@ -11,7 +11,9 @@
 #
 # Not run in CI (minutes under valgrind). Needs valgrind. The Go runtime
 # needs GODEBUG=asyncpreemptoff=1 under callgrind (its preemption signals
-# trip an assertion in valgrind 3.19).
+# trip an assertion in valgrind 3.19), and runs with GOGC=off so that no
+# garbage collection lands inside a timed loop (on one thread, callgrind
+# would charge the collector's work to the loop).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "callgrind.sh: valgrind not found" >&2; exit 1; }
@@ -23,7 +25,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go test -c -o "$tmp/bench.test" ./bench/
 ir() { # impl workload n
-	GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" \
+	GOGC=off GODEBUG=asyncpreemptoff=1 GOMAXPROCS=1 valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" \
 		--toggle-collect='*benchkit.*Pass' "$tmp/bench.test" -test.run='^$' \
 		-test.bench="^BenchmarkCheck\$/^workload=$2\$/^depth=2048\$/^producers=64\$/^impl=$1\$" \
 		-test.benchtime="${3}x" >/dev/null 2>"$tmp/vg.err"
