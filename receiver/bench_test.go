@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/receiver"
 )
@@ -15,7 +16,11 @@ func BenchmarkProcess(b *testing.B) {
 	for _, tier := range []string{"memory", "memory+store"} {
 		for _, dup := range []bool{false, true} {
 			b.Run("tier="+tier+"/dup="+strconv.FormatBool(dup), func(b *testing.B) {
-				cfg := receiver.Config{Audit: newFakeAudit(), Completed: 1 << 20}
+				ca, err := connaudit.New(connaudit.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				cfg := receiver.Config{Audit: receiver.ConnAudit(ca), Completed: 1 << 20}
 				if tier == "memory+store" {
 					s := idempotency.NewMemory(idempotency.Options{})
 					defer s.Close()
@@ -27,7 +32,7 @@ func BenchmarkProcess(b *testing.B) {
 				}
 				keys := make([]string, b.N)
 				for i := range keys {
-					keys[i] = "ID:bench-producer:" + strconv.Itoa(i+1)
+					keys[i] = "ID:bench-1-2-0:1:" + strconv.Itoa(i+1)
 					if dup {
 						r.Process(context.Background(), &receiver.Message{Key: keys[i], Destination: queue}, okHandler)
 					}

@@ -240,6 +240,7 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 
 	accepted := make([]Decision, 0, len(r.selectors))
 	var verdict strings.Builder
+	verdict.Grow(48)
 	for _, s := range r.selectors {
 		d, err := s.Select(ctx, m)
 		if verdict.Len() > 0 {
@@ -320,8 +321,10 @@ func (r *Receiver) failed(m *Message, res Result, herr error, fk string) Result 
 	if fk != "" {
 		r.failures.Add(fk, res.Attempt)
 	}
-	r.log.Info("receiver: handler failed, delivery requeued", "key", m.IdempotencyKey(),
-		"attempt", res.Attempt, "err", herr)
+	if r.log.Enabled(context.Background(), slog.LevelInfo) {
+		r.log.Info("receiver: handler failed, delivery requeued", "key", m.IdempotencyKey(),
+			"attempt", res.Attempt, "err", herr)
+	}
 	return r.requeue(m, res, reason)
 }
 
@@ -450,8 +453,10 @@ func (r *Receiver) duplicate(ctx context.Context, m *Message, h Handler, res Res
 	res.Duplicate = true
 	res.Reason = reason
 	r.metrics.duplicate(reason)
-	r.log.Warn("receiver: duplicate delivery absorbed", "destination", m.Destination, "key", m.IdempotencyKey(),
-		"reason", reason, "redelivered", m.Redelivered)
+	if r.log.Enabled(ctx, slog.LevelWarn) { // the guard spares the argument boxing when logs are off
+		r.log.Warn("receiver: duplicate delivery absorbed", "destination", m.Destination, "key", m.IdempotencyKey(),
+			"reason", reason, "redelivered", m.Redelivered)
+	}
 	if r.cfg.OnDuplicate != nil {
 		r.hook(ctx, m, reason)
 	}
