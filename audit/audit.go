@@ -118,19 +118,6 @@ func (a *Audit) Check(id string) (Verdict, error) {
 	return v, nil
 }
 
-// split parses id, counting a rejection as a check.
-func (a *Audit) split(id string) (string, uint64, error) {
-	if len(id) > a.cfg.maxIDLength {
-		return a.reject(id)
-	}
-	key, seq, err := msgid.Split(id)
-	if err != nil {
-		a.st.checks++
-		a.st.malformed++
-	}
-	return key, seq, err
-}
-
 // reject counts and reports an id longer than MaxIDLength (kept out of
 // line so that split stays small).
 func (a *Audit) reject(id string) (string, uint64, error) {

@@ -1,6 +1,10 @@
 package audit
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/acemq/msgaudit/msgid"
+)
 
 // Locked is an Audit behind one mutex: safe for concurrent use, with every
 // method (reads included) holding the lock. Options.OnEvict runs after the
@@ -31,14 +35,24 @@ func (l *Locked) unlock() {
 	report(l.a.cfg.onEvict, evs)
 }
 
-// Check is Audit.Check under the lock.
+// Check is Audit.Check under the lock. The id is parsed before the lock is
+// taken.
 func (l *Locked) Check(id string) (Verdict, error) {
-	l.mu.Lock()
-	key, seq, err := l.a.split(id)
-	if err != nil {
+	if len(id) > l.a.cfg.maxIDLength { // immutable after New
+		l.mu.Lock()
+		_, _, err := l.a.reject(id)
 		l.mu.Unlock()
 		return TooOld, err
 	}
+	key, seq, err := msgid.Split(id)
+	if err != nil {
+		l.mu.Lock()
+		l.a.st.checks++
+		l.a.st.malformed++
+		l.mu.Unlock()
+		return TooOld, err
+	}
+	l.mu.Lock()
 	v, _ := l.a.checkKey(key, seq)
 	l.unlock()
 	return v, nil
