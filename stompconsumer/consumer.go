@@ -540,7 +540,15 @@ func (sr *subRun) handle(d *delivery) {
 			s.deadLetter(d, m, res)
 			return
 		default: // Requeue (and anything unknown: never acknowledge the unknown)
-			if !s.wait(res.RetryAfter) && s.dead.Load() {
+			delay := res.RetryAfter
+			if !res.Ran {
+				// Outcome unknown (in flight elsewhere, store down): back
+				// off by the hand-backs so far, so an outage is not a hot
+				// loop of copies.
+				n, _ := strconv.Atoi(m.Headers[HeaderRequeues])
+				delay = max(delay, c.cfg.RetryBackoff.Delay(n))
+			}
+			if !s.wait(delay) && s.dead.Load() {
 				return // the broker sends it again
 			}
 			if sr.topic {

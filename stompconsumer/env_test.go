@@ -142,3 +142,6 @@ func checkBrokerDLQ(t testing.TB, addr, tag string) {
 		t.Errorf("ActiveMQ.DLQ holds %d messages of this test, first: %v", len(got), got[0])
 	}
 }
+
+// stompHeader is a SEND header option.
+func stompHeader(k, v string) func(*frame.Frame) error { return stomp.SendOpt.Header(k, v) }

@@ -30,6 +30,7 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	px := newProxy(t, addr)
 	store := idempotency.NewMemory(idempotency.Options{ClaimTTL: 30 * time.Second})
 	l := newLedger()
+	l.delay = time.Millisecond // so cuts catch handlers mid-run
 	newConsumer := func() *Consumer {
 		c, err := New(Config{
 			Addresses:             []string{px.Addr()},

@@ -22,6 +22,7 @@ type ledger struct {
 	doubles []string
 	calls   atomic.Int64 // handler invocations
 	fails   atomic.Int64 // injected failures
+	delay   time.Duration // each handler call sleeps a random time up to delay
 }
 
 func newLedger() *ledger { return &ledger{applied: make(map[string]int)} }
@@ -49,6 +50,9 @@ func (l *ledger) count() int {
 func (l *ledger) handler(failP, panicP float64) receiver.Handler {
 	return func(ctx context.Context, m *receiver.Message) error {
 		l.calls.Add(1)
+		if l.delay > 0 {
+			time.Sleep(rand.N(l.delay))
+		}
 		r := rand.Float64()
 		switch {
 		case r < panicP:
