@@ -20,8 +20,8 @@ type ledger struct {
 	mu      sync.Mutex
 	applied map[string]int
 	doubles []string
-	calls   atomic.Int64 // handler invocations
-	fails   atomic.Int64 // injected failures
+	calls   atomic.Int64  // handler invocations
+	fails   atomic.Int64  // injected failures
 	delay   time.Duration // each handler call sleeps a random time up to delay
 }
 
