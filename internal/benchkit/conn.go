@@ -1,5 +1,3 @@
-//go:build connready
-
 package benchkit
 
 import (
@@ -33,7 +31,5 @@ func (t connTarget) Check(op *Op) bool {
 	v, _ := t.a.Check(benchConsumer, benchDestination, op.ID)
 	return v == audit.Duplicate
 }
-
-const connReady = true
 
 var _ ConcurrentTarget = connTarget{}

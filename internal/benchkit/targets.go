@@ -53,32 +53,17 @@ type Impl struct {
 }
 
 // Impls lists every Go implementation in report order.
-var Impls = withConn([]Impl{
+var Impls = []Impl{
 	{Name: "audit", Kind: Ours, Exact: true, Doc: "audit.Audit, unsynchronized", New: newAudit},
 	{Name: "locked", Kind: Ours, Concurrent: true, Exact: true, Doc: "audit.Locked, one mutex", New: newLocked},
 	{Name: "sharded", Kind: Ours, Concurrent: true, Exact: true, Doc: "audit.Sharded, default shards", New: newSharded},
+	{Name: "connaudit", Kind: Ours, Concurrent: true, Exact: true, Doc: "connaudit.Audit, one consumer, one queue", New: newConnAudit},
 	{Name: "map", Kind: Baseline, Exact: true, Doc: "map[string]struct{} of full ids, trimmed to the window per producer", New: newMapTarget},
 	{Name: "lru", Kind: Baseline, Exact: true, Doc: "golang-lru/v2 simplelru keyed by full id, capacity producers*depth", New: newLRUTarget},
 	{Name: "lru-locked", Kind: Baseline, Concurrent: true, Exact: true, Doc: "golang-lru/v2 lru.Cache (mutex) keyed by full id, capacity producers*depth", New: newLockedLRUTarget},
 	{Name: "floor-bit", Kind: Floor, Doc: "bare bit test-and-set at an index precomputed from producer and seq", New: newFloorBit},
 	{Name: "floor-map", Kind: Floor, Doc: "map lookup of the pre-split producer key, then the bit test-and-set", New: newFloorMap},
 	{Name: "floor-parse", Kind: Floor, Doc: "floor-map plus parsing the id string (msgid.Split): the floor for a string id", New: newFloorParse},
-})
-
-// withConn inserts the connection audit after the sharded audit when the
-// connaudit package is built in.
-func withConn(v []Impl) []Impl {
-	if !connReady {
-		return v
-	}
-	out := make([]Impl, 0, len(v)+1)
-	for _, im := range v {
-		out = append(out, im)
-		if im.Name == "sharded" {
-			out = append(out, Impl{Name: "connaudit", Kind: Ours, Concurrent: true, Exact: true, Doc: "connaudit.Audit, one consumer, one queue", New: newConnAudit})
-		}
-	}
-	return out
 }
 
 // LookupImpl returns the implementation called name.
