@@ -39,8 +39,8 @@ func Example() {
 	c, err := stompconsumer.New(stompconsumer.Config{
 		Addresses: []string{"ssl://mq1.internal:61612", "ssl://mq2.internal:61612"},
 		Login:     "orders", Passcode: os.Getenv("MQ_PASSWORD"),
-		CAFile:    "/etc/ssl/mq-ca.pem",
-		Store:     store,
+		CAFile: "/etc/ssl/mq-ca.pem",
+		Store:  store,
 		Subscriptions: []stompconsumer.Subscription{{
 			Destination: "/queue/orders",
 			Handler: func(ctx context.Context, m *receiver.Message) error {
