@@ -151,7 +151,7 @@ type demoReport struct {
 	deadLettered, cuts, replayed    uint64
 	restarts, reconnects, ackLost   uint64
 	applied, lost, twice            int64
-	dlqDepth                        int
+	dlqDepth, leftOnBroker          int
 	elapsed                         time.Duration
 	storeMean                       time.Duration
 	timedOut                        bool
@@ -170,10 +170,12 @@ func (r demoReport) print(w io.Writer) {
 		fmt.Sprintf("audit %d, store %d, in-flight %d", r.dupAudit, r.dupStore, r.dupInFlight))
 	row("retries", r.retries, fmt.Sprintf("handler failures %d (panics %d)", r.failures, r.panics))
 	row("dead-lettered", r.deadLettered, fmt.Sprintf("%d distinct messages in the dead-letter queue", r.dlqDepth))
-	row("connection cuts", r.cuts, fmt.Sprintf("reconnects %d, acks lost with their connection %d", r.reconnects, r.ackLost))
+	row("connection cuts", r.cuts, fmt.Sprintf("one per restart included; reconnects %d, acks lost with their connection %d",
+		r.reconnects, r.ackLost))
 	row("failover replays", r.replayed, "copies of already-delivered messages")
 	row("consumer restarts", r.restarts, "from the persisted audit snapshot and the store")
 	row("applied", r.applied, "ledger rows")
+	row("left on the broker", r.leftOnBroker, "deliveries never acknowledged, at the end")
 	row("lost", r.lost, "must be 0")
 	row("applied twice", r.twice, "must be 0")
 	row("elapsed", r.elapsed.Round(time.Millisecond), fmt.Sprintf("mean store call %v", r.storeMean.Round(time.Microsecond)))
@@ -224,7 +226,9 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 		// commit (the store's durable default) would buy nothing here.
 		storeURL = "sqlite:" + filepath.Join(dir, "idempotency.db") + "?_pragma=synchronous(NORMAL)"
 	}
-	store, err := idempotency.Open(ctx, storeURL, idempotency.Options{ClaimTTL: time.Minute})
+	// Each run keys its store entries under its own queue name; a short
+	// retention lets a shared Redis or PostgreSQL store forget them soon.
+	store, err := idempotency.Open(ctx, storeURL, idempotency.Options{ClaimTTL: time.Minute, Retention: time.Hour})
 	if err != nil {
 		return demoReport{}, fmt.Errorf("store: %w", err)
 	}
@@ -455,8 +459,10 @@ func (d *demoRun) drive(ctx context.Context, rep *demoReport, bar *progressbar.P
 				}
 			}
 		}
+		if done >= int64(d.cfg.n) && d.finished.IsZero() {
+			d.finished = time.Now() // every message accounted for: the clock stops
+		}
 		if done >= int64(d.cfg.n) && settled() {
-			d.finished = time.Now()
 			return nil
 		}
 		select {
@@ -549,6 +555,8 @@ func (d *demoRun) runModel(ctx context.Context, rep *demoReport, bar *progressba
 	}
 	st := b.Stats()
 	rep.deliveries, rep.redeliveries, rep.replayed = st.Delivered, st.Redelivered, st.Replayed
+	pending, inFlight := b.Depth(d.cfg.queue)
+	rep.leftOnBroker = pending + inFlight
 	d.dlq = map[string]bool{}
 	for _, m := range b.Browse(brokermodel.DLQ) {
 		d.dlq[m.Headers[demoKeyHeader]] = true
@@ -715,7 +723,7 @@ func (d *demoRun) runStomp(ctx context.Context, rep *demoReport, bar *progressba
 			}
 		},
 		func() {},
-		func() bool { return d.sent.Load() == uint64(d.cfg.n) })
+		d.quiet(time.Second))
 	select {
 	case e := <-perr:
 		if err == nil {
@@ -726,7 +734,28 @@ func (d *demoRun) runStomp(ctx context.Context, rep *demoReport, bar *progressba
 	if err == nil {
 		d.dlq, err = demoDrainStomp(ctx, strings.TrimSpace(addrs[0]), d.dlqName())
 	}
+	if err == nil {
+		var left map[string]bool
+		left, err = demoDrainStomp(ctx, strings.TrimSpace(addrs[0]), d.cfg.queue)
+		rep.leftOnBroker = len(left)
+	}
 	return err
+}
+
+// quiet returns a settled check for a broker whose queue depth the demo
+// cannot read: everything was sent and no delivery reached the consumer
+// for the period (the redeliveries of acks lost in cuts have come back and
+// been absorbed).
+func (d *demoRun) quiet(period time.Duration) func() bool {
+	var last uint64
+	var since time.Time
+	return func() bool {
+		n := d.metrics.Delivered.Load()
+		if n != last || since.IsZero() {
+			last, since = n, time.Now()
+		}
+		return d.sent.Load() == uint64(d.cfg.n) && time.Since(since) >= period
+	}
 }
 
 // dlqName is the demo's own dead-letter queue on a real broker (not the

@@ -47,7 +47,8 @@ func TestDemoModel(t *testing.T) {
 			if !strings.Contains(out, "broker MODEL") || !strings.Contains(out, "OK: ") {
 				t.Errorf("table does not say model / OK:\n%s", out)
 			}
-			if demoRow(t, out, "sent") != 2000 || demoRow(t, out, "lost") != 0 || demoRow(t, out, "applied twice") != 0 {
+			if demoRow(t, out, "sent") != 2000 || demoRow(t, out, "lost") != 0 || demoRow(t, out, "applied twice") != 0 ||
+				demoRow(t, out, "left on the broker") != 0 {
 				t.Errorf("bad totals:\n%s", out)
 			}
 			if demoRow(t, out, "applied")+demoRow(t, out, "dead-lettered") < 2000 {
@@ -130,7 +131,8 @@ func TestDemoStomp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
-	if demoRow(t, out, "lost") != 0 || demoRow(t, out, "applied twice") != 0 || !strings.Contains(out, "ActiveMQ") {
+	if demoRow(t, out, "lost") != 0 || demoRow(t, out, "applied twice") != 0 || demoRow(t, out, "left on the broker") != 0 ||
+		!strings.Contains(out, "ActiveMQ") {
 		t.Fatalf("table:\n%s", out)
 	}
 }
