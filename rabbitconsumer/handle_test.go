@@ -70,7 +70,7 @@ type rig struct {
 	log *bytes.Buffer
 }
 
-func newRig(t *testing.T, h receiver.Handler, mod func(*Config)) *rig {
+func newRig(t testing.TB, h receiver.Handler, mod func(*Config)) *rig {
 	t.Helper()
 	var logs bytes.Buffer
 	cfg := Config{URL: "amqp://guest:Gu3st-pw@127.0.0.1:1/", Queue: "orders", Handler: h, MaxAttempts: 2,
