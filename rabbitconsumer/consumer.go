@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,21 +229,11 @@ func (c *Consumer) buildReceiver(ctx context.Context) (*receiver.Receiver, func(
 	return r, closeStore, nil
 }
 
-// openStore opens an idempotency store from a URL: redis:// and rediss://
-// (Fency's default), postgres://, sqlite:PATH or memory.
+// openStore opens an idempotency store from a URL with idempotency.Open:
+// redis:// and rediss:// (Fency's default), postgres://, sqlite:PATH or
+// memory.
 func openStore(ctx context.Context, rawURL string) (idempotency.Store, error) {
-	scheme, rest, _ := strings.Cut(rawURL, ":")
-	switch strings.ToLower(scheme) {
-	case "redis", "rediss":
-		return idempotency.NewRedisURL(ctx, rawURL, idempotency.Options{}, nil)
-	case "postgres", "postgresql":
-		return idempotency.OpenPostgresURL(ctx, rawURL, idempotency.Options{})
-	case "sqlite":
-		return idempotency.OpenSQLite(strings.TrimPrefix(rest, "//"), idempotency.Options{})
-	case "memory":
-		return idempotency.NewMemory(idempotency.Options{}), nil
-	}
-	return nil, fmt.Errorf("%w: StoreURL %s: unsupported scheme", ErrConfig, redactURL(rawURL))
+	return idempotency.Open(ctx, rawURL, idempotency.Options{})
 }
 
 // generation is one connection with its consuming channel and its
