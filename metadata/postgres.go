@@ -82,6 +82,14 @@ func (s *Postgres) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// Drop drops the table and everything in it (for tests and teardown).
+func (s *Postgres) Drop(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+s.table); err != nil {
+		return fmt.Errorf("metadata: postgres drop: %w", err)
+	}
+	return nil
+}
+
 // Get implements Store.
 func (s *Postgres) Get(ctx context.Context, key string) (string, bool, error) {
 	sk, err := check(ctx, key)

@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"math/rand/v2"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -486,6 +489,13 @@ func TestMetadataRace(t *testing.T) {
 			return s
 		},
 	}
+	// The shared stores of competing consumer machines, when available.
+	stores["redis"] = func(t *testing.T) metadata.Store {
+		return mdServiceStore(t, "MSGAUDIT_REDIS_URL", "msgaudit_prefix", "mdsel:"+mdRandom(t)+":")
+	}
+	stores["postgres"] = func(t *testing.T) metadata.Store {
+		return mdServiceStore(t, "MSGAUDIT_POSTGRES_URL", "msgaudit_table", "mdsel_"+mdRandom(t))
+	}
 	for name, open := range stores {
 		t.Run("store="+name, func(t *testing.T) {
 			t.Parallel()
@@ -666,4 +676,46 @@ func BenchmarkMetadataSelector(b *testing.B) {
 			}
 		})
 	}
+}
+
+func mdRandom(t testing.TB) string {
+	return strconv.FormatUint(rand.Uint64(), 36)
+}
+
+// mdServiceStore opens a metadata store on the service named by env (a
+// Redis prefix or PostgreSQL table of its own, removed at cleanup). Unset:
+// skip, except under CI=true where a missing service fails.
+func mdServiceStore(t *testing.T, env, param, name string) metadata.Store {
+	t.Helper()
+	u := os.Getenv(env)
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set (CI=true: the service is required)", env)
+		}
+		t.Skipf("%s not set; run eval \"$(../shared/ci/services-up)\" to test against the real service", env)
+	}
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	s, err := metadata.Open(bg, u+sep+param+"="+url.QueryEscape(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer s.Close()
+		switch st := s.(type) {
+		case *metadata.Redis:
+			// The test wrote one key; Remove it by its final value.
+			v, ok, err := st.Get(bg, "f")
+			if err == nil && ok {
+				st.Remove(bg, "f", v)
+			}
+		case *metadata.Postgres:
+			if err := st.Drop(bg); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	return s
 }
