@@ -87,9 +87,13 @@ func BenchmarkCheck(b *testing.B) {
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
-		for i := range b.N {
-			if v, _ := a.Check(ids[i%len(ids)]); v != audit.Duplicate {
+		j := 0
+		for range b.N {
+			if v, _ := a.Check(ids[j]); v != audit.Duplicate {
 				b.Fatal(v)
+			}
+			if j++; j == len(ids) {
+				j = 0
 			}
 		}
 	})
@@ -126,8 +130,12 @@ func BenchmarkCheck(b *testing.B) {
 		ids := inOrderIDs(0, 128, idCount)
 		b.ReportAllocs()
 		b.ResetTimer()
-		for i := range b.N {
-			_, _ = a.Check(ids[i%len(ids)])
+		j := 0
+		for range b.N {
+			_, _ = a.Check(ids[j])
+			if j++; j == len(ids) {
+				j = 0
+			}
 		}
 	})
 }
@@ -160,25 +168,36 @@ func BenchmarkFloor(b *testing.B) {
 	b.Run("floor=bit", func(b *testing.B) {
 		w := windows[keys[0]]
 		b.ReportAllocs()
-		for i := range b.N {
-			testAndSet(w, seqs[i%len(seqs)])
+		j := 0
+		for range b.N {
+			testAndSet(w, seqs[j])
+			if j++; j == len(seqs) {
+				j = 0
+			}
 		}
 	})
 	b.Run("floor=map+bit", func(b *testing.B) {
 		b.ReportAllocs()
-		for i := range b.N {
-			j := i % len(keys)
+		j := 0
+		for range b.N {
 			testAndSet(windows[keys[j]], seqs[j])
+			if j++; j == len(keys) {
+				j = 0
+			}
 		}
 	})
 	b.Run("floor=split+map+bit", func(b *testing.B) {
 		b.ReportAllocs()
-		for i := range b.N {
-			k, s, err := msgid.Split(ids[i%len(ids)])
+		j := 0
+		for range b.N {
+			k, s, err := msgid.Split(ids[j])
 			if err != nil {
 				b.Fatal(err)
 			}
 			testAndSet(windows[k], s)
+			if j++; j == len(ids) {
+				j = 0
+			}
 		}
 	})
 	runtime.KeepAlive(dups)

@@ -14,9 +14,8 @@ const MaxShards = 4096
 // shard is one independently locked Audit, padded so that two shards
 // never share a cache line (their counters are written on every check).
 type shard struct {
-	_  [64]byte
 	mu sync.Mutex
-	a  *Audit
+	a  Audit // inline, so that shards' counters never share a cache line
 	_  [64]byte
 }
 
@@ -73,7 +72,7 @@ func NewSharded(o Options, shards int) (*Sharded, error) {
 	}
 	s.budget.cap.Store(int64(cfg.maxProducers))
 	for i := range s.shards {
-		s.shards[i].a = newAudit(cfg, &s.budget)
+		s.shards[i].a = *newAudit(cfg, &s.budget)
 	}
 	return s, nil
 }
@@ -375,7 +374,7 @@ func (s *Sharded) SetMaxProducers(n int) error {
 		var victim *Audit
 		var oldest uint64
 		for i := range s.shards {
-			a := s.shards[i].a
+			a := &s.shards[i].a
 			if ep, ok := a.oldestEpoch(); ok && (victim == nil || ep < oldest) {
 				victim, oldest = a, ep
 			}
@@ -411,7 +410,7 @@ func (s *Sharded) Stats() Stats {
 func (s *Sharded) MarshalBinary() ([]byte, error) {
 	s.lockAll()
 	defer s.unlockAll()
-	first := s.shards[0].a
+	first := &s.shards[0].a
 	lists := make([][]string, len(s.shards))
 	count := 0
 	for i := range s.shards {

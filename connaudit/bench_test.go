@@ -74,9 +74,13 @@ func BenchmarkCheck(b *testing.B) {
 			ids := benchIDs(0, 1<<14)
 			b.ReportAllocs()
 			b.ResetTimer()
-			for i := range b.N {
-				if _, err := a.Check("c1", d, ids[i%len(ids)]); err != nil {
+			j := 0
+			for range b.N {
+				if _, err := a.Check("c1", d, ids[j]); err != nil {
 					b.Fatal(err)
+				}
+				if j++; j == len(ids) {
+					j = 0
 				}
 			}
 		})
