@@ -262,6 +262,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	short := 0 // consecutive sessions that broke at once
 	for {
 		s := c.newSession(cn, hctx)
 		lost := s.run(ctx)
@@ -271,7 +272,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 		old.Add(1)
 		go func() { defer old.Done(); s.finish() }()
 		c.log.Warn("stompconsumer: connection lost; reconnecting", "address", cn.ep.String(),
-			"generation", s.gen, "err", lost)
+			"generation", s.gen, "received", s.recvd.Load(), "err", lost)
+		// A connection that breaks right after it was made and delivered
+		// nothing (a SUBSCRIBE the broker refuses with an ERROR frame, a
+		// broker that accepts and drops) would otherwise be retried in a
+		// tight loop: back off across such sessions.
+		if time.Since(s.start) < shortSession && s.recvd.Load() == 0 {
+			short++
+			if !sleep(ctx, c.cfg.ReconnectBackoff.Delay(short-1)) {
+				return nil
+			}
+		} else {
+			short = 0
+		}
 		cn, idx, err = c.connect(ctx, idx+1, -1, true)
 		if err != nil {
 			if ctx.Err() != nil && !errors.Is(err, ErrRejected) && !errors.Is(err, ErrTLS) {
@@ -281,6 +294,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// shortSession is how long a connection must last (or deliver something)
+// for the next reconnect not to back off.
+const shortSession = 2 * time.Second
 
 // connect tries the endpoints in rotation from index start; retries < 0
 // means until ctx is done. Between rounds over the address list it waits
@@ -341,6 +358,8 @@ type session struct {
 	cn    *conn
 	hctx  context.Context // handlers' context (outlives Run's ctx by ShutdownTimeout)
 	subs  []*subRun
+	start time.Time
+	recvd atomic.Uint64 // deliveries received
 	lost  chan struct{} // closed when the connection is lost
 	stop  chan struct{} // closed when a graceful stop begins
 	once  sync.Once
@@ -361,7 +380,7 @@ type subRun struct {
 }
 
 func (c *Consumer) newSession(cn *conn, hctx context.Context) *session {
-	return &session{c: c, gen: c.gen.Add(1), cn: cn, hctx: hctx,
+	return &session{c: c, gen: c.gen.Add(1), cn: cn, hctx: hctx, start: time.Now(),
 		lost: make(chan struct{}), stop: make(chan struct{})}
 }
 
@@ -483,6 +502,7 @@ func (sr *subRun) read() {
 			}
 			continue
 		}
+		s.recvd.Add(1)
 		d := &delivery{msg: m}
 		if ack := m.Header.Get(frame.Ack); ack != "" {
 			d.cut, _ = s.cn.lim.takeCut(ack)
@@ -548,8 +568,9 @@ func (sr *subRun) handle(d *delivery) {
 				n, _ := strconv.Atoi(m.Headers[HeaderRequeues])
 				delay = max(delay, c.cfg.RetryBackoff.Delay(n))
 			}
-			if !s.wait(delay) && s.dead.Load() {
-				return // the broker sends it again
+			s.wait(delay)
+			if s.dead.Load() {
+				return // not acknowledged on a live connection: the broker sends it again
 			}
 			if sr.topic {
 				// A copy sent to a topic would reach every subscriber:

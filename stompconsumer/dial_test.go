@@ -385,3 +385,57 @@ func TestLogin(t *testing.T) {
 		l.verify(t, n)
 	})
 }
+
+// TestRefusedSubscribeBacksOff: a broker that accepts the CONNECT but
+// answers SUBSCRIBE with an ERROR (as for a destination the user may not
+// read) must not be hammered with reconnects: sessions that break at once
+// back off exponentially.
+func TestRefusedSubscribeBacksOff(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				if _, err := r.ReadBytes(0); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00"))
+				if _, err := r.ReadBytes(0); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("ERROR\nmessage:User admin is not authorized to read from: queue://x\n\n\x00"))
+			}()
+		}
+	}()
+	var logs syncBuffer
+	c, err := New(Config{Addresses: []string{ln.Addr().String()}, HeartBeat: -1, Logger: debugLogger(&logs),
+		ReconnectBackoff: Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
+		Subscriptions:    []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	// Without backoff this loop reconnects hundreds of times a second.
+	if n := conns.Load(); n < 2 || n > 10 {
+		t.Errorf("%d connections in 1.5 s; want a few (backing off from 100 ms)", n)
+	}
+	if !strings.Contains(logs.String(), "not authorized to read") {
+		t.Errorf("the broker's ERROR message is not logged:\n%s", logs.String())
+	}
+}

@@ -1,0 +1,47 @@
+package stompconsumer
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Collector returns a prometheus.Collector exporting the transport
+// counters (Stats) as msgaudit_stomp_* counters. Register it next to
+// Metrics().Collector("stomp"), which exports the pipeline's counters.
+func (c *Consumer) Collector() prometheus.Collector {
+	col := &statsCollector{c: c}
+	add := func(name, help string, read func(Stats) uint64) {
+		col.descs = append(col.descs, statDesc{prometheus.NewDesc("msgaudit_stomp_"+name, help, nil, nil), read})
+	}
+	add("connects_total", "Successful broker connections.", func(s Stats) uint64 { return s.Connects })
+	add("reconnects_total", "Connections made after a connection loss.", func(s Stats) uint64 { return s.Reconnects })
+	add("connect_errors_total", "Failed connection attempts.", func(s Stats) uint64 { return s.ConnectErrors })
+	add("retry_copies_total", "Retry copies committed with the original's ACK.", func(s Stats) uint64 { return s.RetriesSent })
+	add("local_retries_total", "Retries run in place (topics).", func(s Stats) uint64 { return s.LocalRetries })
+	add("dead_letter_copies_total", "Dead-letter copies committed with the original's ACK.", func(s Stats) uint64 { return s.DeadLettersSent })
+	add("oversized_total", "Frames over the size limits returned with NACK.", func(s Stats) uint64 { return s.Oversized })
+	add("dropped_total", "Deliveries dropped unprocessed with their connection (sent again by the broker).", func(s Stats) uint64 { return s.Dropped })
+	add("stale_acks_total", "Acknowledgements not sent because the delivery's connection was gone.", func(s Stats) uint64 { return s.StaleAcks })
+	add("ack_errors_total", "ACK or transaction failures (each ends the connection).", func(s Stats) uint64 { return s.AckErrors })
+	return col
+}
+
+type statDesc struct {
+	desc *prometheus.Desc
+	read func(Stats) uint64
+}
+
+type statsCollector struct {
+	c     *Consumer
+	descs []statDesc
+}
+
+func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range s.descs {
+		ch <- d.desc
+	}
+}
+
+func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	st := s.c.Stats()
+	for _, d := range s.descs {
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.read(st)))
+	}
+}
