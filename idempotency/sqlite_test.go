@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,5 +121,69 @@ func TestSQLitePurge(t *testing.T) {
 	cancel()
 	if _, err := s.Purge(cancelled, 10); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Purge with a cancelled context: %v", err)
+	}
+}
+
+// TestSQLiteTwoHandlesOneFile: two stores on one file (as two processes
+// would have) race on the same keys; each key has exactly one winner and
+// each sees the other's confirmations.
+func TestSQLiteTwoHandlesOneFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "shared.db")
+	stores := []*idempotency.SQLite{openSQLiteTest(t, path, idempotency.Options{}), openSQLiteTest(t, path, idempotency.Options{})}
+	const keys, perStore = 100, 4
+	var wins [keys]atomic.Int32
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		for range perStore {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range keys {
+					k := idempotency.Key{Namespace: "q", ID: strconv.Itoa(i)}
+					o, c, err := s.TryClaim(ctx, k)
+					if err != nil {
+						t.Errorf("TryClaim: %v", err)
+						return
+					}
+					if o == idempotency.Claimed {
+						wins[i].Add(1)
+						if err := s.Confirm(ctx, c); err != nil {
+							t.Errorf("Confirm: %v", err)
+							return
+						}
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for i := range keys {
+		if n := wins[i].Load(); n != 1 {
+			t.Fatalf("key %d: %d winners across two handles, want 1", i, n)
+		}
+		for _, s := range stores {
+			if ok, err := s.IsConfirmed(ctx, idempotency.Key{Namespace: "q", ID: strconv.Itoa(i)}); err != nil || !ok {
+				t.Fatalf("key %d: IsConfirmed = %v, %v", i, ok, err)
+			}
+		}
+	}
+}
+
+// TestSQLiteWAL: the file is in WAL mode (a persistent setting, so a plain
+// second handle reads it back).
+func TestSQLiteWAL(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "wal.db")
+	openSQLiteTest(t, path, idempotency.Options{})
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var mode string
+	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		t.Fatalf("journal_mode = %q, %v; want wal", mode, err)
 	}
 }
