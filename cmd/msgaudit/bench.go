@@ -114,7 +114,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	var (
 		quick     = fs.Bool("quick", false, "the quick profile (under 30 s on 2 cores): main cells, inorder sweeps, scaling pair")
-		benchtime = fs.Duration("benchtime", 0, "target time per benchmark (default 150ms quick, 1s full)")
+		benchtime = fs.Duration("benchtime", 0, "target time per benchmark (default 60ms quick, 1s full)")
 		run       = fs.String("run", "", "only cases whose name matches this `regexp`")
 		jsonOut   = fs.String("json", "", "write the results as JSON to `FILE`")
 		pngOut    = fs.String("png", "", "write a chart of ns/op against depth and producers to `FILE` (PNG)")
@@ -141,7 +141,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *benchtime == 0 {
 		*benchtime = time.Second
 		if *quick {
-			*benchtime = 150 * time.Millisecond
+			*benchtime = 60 * time.Millisecond
 		}
 	}
 	if *rounds <= 0 {

@@ -89,8 +89,15 @@ type Ops struct {
 }
 
 func mkOp(p int, seq uint64, want uint8) Op {
-	id := ID(p, seq)
-	return Op{ID: id, Key: id[:len(id)-len(strconv.FormatUint(seq, 10))-1], P: int32(p - 1), Seq: seq, Want: want}
+	// One allocation per id: build it in a stack buffer, then one string.
+	var buf [96]byte
+	b := append(buf[:0], KeyPrefix...)
+	b = strconv.AppendInt(b, int64(p), 10)
+	k := len(b)
+	b = append(b, ':')
+	b = strconv.AppendUint(b, seq, 10)
+	id := string(b)
+	return Op{ID: id, Key: id[:k], P: int32(p - 1), Seq: seq, Want: want}
 }
 
 type cacheKey struct {
