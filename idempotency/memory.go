@@ -41,7 +41,10 @@ type memShard struct {
 // operations on different keys rarely contend; every operation on one key
 // runs in a single critical section. Expired claims and confirmations are
 // dropped lazily when their key is touched, and all at once by Purge; no
-// goroutine runs in the background. Time comes from Options.Clock.
+// goroutine runs in the background. Time comes from Options.Clock; the
+// default, the system clock, is read through the monotonic clock (see
+// monoClock), so a step of the wall clock neither expires nor extends
+// claims in memory.
 //
 // A key is held as a 128-bit fingerprint of its namespace and id (two
 // hash/maphash hashes with secret random seeds), not as the strings: about
@@ -73,10 +76,14 @@ func NewMemory(o Options) *Memory {
 	if err != nil {
 		panic(err.Error())
 	}
+	clock := o.Clock
+	if _, ok := clock.(systemClock); ok {
+		clock = newMonoClock()
+	}
 	m := &Memory{
 		ttl:         o.ClaimTTL,
 		retention:   o.Retention,
-		clock:       o.Clock,
+		clock:       clock,
 		seed1:       maphash.MakeSeed(),
 		seed2:       maphash.MakeSeed(),
 		tokenPrefix: NewToken()[:16],
@@ -314,3 +321,14 @@ func (m *Memory) Close() error {
 	}
 	return nil
 }
+
+// monoClock is the system clock read the cheap way: the wall time taken
+// once at creation plus the monotonic time elapsed since, one clock read
+// per call where time.Now takes two. It is immune to wall clock steps,
+// which suits a store that lives only as long as its process.
+type monoClock struct{ base time.Time }
+
+func newMonoClock() monoClock { return monoClock{base: time.Now()} }
+
+// Now returns the creation time plus the monotonic time elapsed since.
+func (c monoClock) Now() time.Time { return c.base.Add(time.Since(c.base)) }
