@@ -90,3 +90,20 @@ func TestClockFunc(t *testing.T) {
 		t.Fatalf("ClockFunc.Now = %v", got)
 	}
 }
+
+// TestMemoryDefaultClock: with the default (monotonic) clock, a claim
+// expires one TTL after the wall time of the call.
+func TestMemoryDefaultClock(t *testing.T) {
+	t.Parallel()
+	m := NewMemory(Options{ClaimTTL: time.Hour})
+	before := time.Now()
+	_, c, err := m.TryClaim(context.Background(), Key{ID: "m1"})
+	after := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second of slack for wall clock adjustments since NewMemory.
+	if c.Expires.Before(before.Add(time.Hour-time.Second)) || c.Expires.After(after.Add(time.Hour+time.Second)) {
+		t.Fatalf("claim expires %v, want about %v", c.Expires, before.Add(time.Hour))
+	}
+}
