@@ -357,6 +357,7 @@ type session struct {
 	gen   uint64
 	cn    *conn
 	hctx  context.Context // handlers' context (outlives Run's ctx by ShutdownTimeout)
+	mu    sync.Mutex // guards subs against fail running while run subscribes
 	subs  []*subRun
 	start time.Time
 	recvd atomic.Uint64 // deliveries received
@@ -404,7 +405,12 @@ func (s *session) run(ctx context.Context) error {
 			break
 		}
 		sr := &subRun{s: s, cfg: cfg, sub: sub, q: newFIFO(), topic: isTopic(cfg.Destination)}
+		s.mu.Lock()
+		if s.dead.Load() {
+			sr.q.close() // lost meanwhile: the workers exit at once
+		}
 		s.subs = append(s.subs, sr)
+		s.mu.Unlock()
 		s.rd.Add(1)
 		go sr.read()
 		for range cfg.Concurrency {
@@ -426,11 +432,13 @@ func (s *session) run(ctx context.Context) error {
 func (s *session) fail(err error) {
 	s.once.Do(func() {
 		s.err = s.c.red.Error(fmt.Errorf("%w: %w", ErrConnectionLost, err))
+		s.mu.Lock()
 		s.dead.Store(true)
-		close(s.lost)
 		for _, sr := range s.subs {
 			s.c.st.dropped.Add(uint64(sr.q.close()))
 		}
+		s.mu.Unlock()
+		close(s.lost)
 		_ = s.cn.stomp.MustDisconnect()
 		_ = s.cn.net.Close()
 	})
@@ -467,9 +475,11 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 // handlers (and their ACKs), unsubscribe, disconnect.
 func (s *session) shutdown() {
 	s.stopO.Do(func() { close(s.stop) })
+	s.mu.Lock()
 	for _, sr := range s.subs {
 		s.c.st.dropped.Add(uint64(sr.q.close()))
 	}
+	s.mu.Unlock()
 	s.wk.Wait()
 	if !s.dead.Load() {
 		// ACKs sent after UNSUBSCRIBE are silently ignored by ActiveMQ, so
@@ -570,7 +580,10 @@ func (sr *subRun) handle(d *delivery) {
 			}
 			s.wait(delay)
 			if s.dead.Load() {
-				return // not acknowledged on a live connection: the broker sends it again
+				// Its connection is gone: nothing can be sent for it; the
+				// broker sends it again.
+				c.st.staleAcks.Add(1)
+				return
 			}
 			if sr.topic {
 				// A copy sent to a topic would reach every subscriber:
