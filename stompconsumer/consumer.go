@@ -357,7 +357,7 @@ type session struct {
 	gen   uint64
 	cn    *conn
 	hctx  context.Context // handlers' context (outlives Run's ctx by ShutdownTimeout)
-	mu    sync.Mutex // guards subs against fail running while run subscribes
+	mu    sync.Mutex      // guards subs against fail running while run subscribes
 	subs  []*subRun
 	start time.Time
 	recvd atomic.Uint64 // deliveries received
