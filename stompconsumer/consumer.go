@@ -227,7 +227,7 @@ func (c *Consumer) Stats() Stats {
 // Run connects, subscribes and consumes until ctx is cancelled, then stops
 // gracefully and returns nil: it stops dispatching, lets in-flight
 // handlers finish (for at most ShutdownTimeout, after which their context
-// is cancelled), acknowledges them, unsubscribes and disconnects.
+// is cancelled), acknowledges them and disconnects.
 // Deliveries received but not started are not acknowledged; the broker
 // sends them again.
 //
@@ -472,7 +472,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 }
 
 // shutdown is the graceful stop: stop dispatching, wait for in-flight
-// handlers (and their ACKs), unsubscribe, disconnect.
+// handlers (and their ACKs), disconnect.
 func (s *session) shutdown() {
 	s.stopO.Do(func() { close(s.stop) })
 	s.mu.Lock()
@@ -482,13 +482,13 @@ func (s *session) shutdown() {
 	s.mu.Unlock()
 	s.wk.Wait()
 	if !s.dead.Load() {
-		// ACKs sent after UNSUBSCRIBE are silently ignored by ActiveMQ, so
-		// every in-flight delivery was settled above first.
-		for _, sr := range s.subs {
-			if err := sr.sub.Unsubscribe(); err != nil && !s.dead.Load() {
-				s.c.log.Warn("stompconsumer: unsubscribe failed", "destination", sr.cfg.Destination, "err", s.c.red.Error(err))
-			}
-		}
+		// No UNSUBSCRIBE first: ActiveMQ silently ignores an ACK sent after
+		// UNSUBSCRIBE, so it could only come after the in-flight
+		// deliveries were settled (above), where DISCONNECT ends the
+		// subscriptions just the same. (go-stomp v3.1.3's Unsubscribe can
+		// also miss its receipt's wake-up and stall for its timeout.) The
+		// DISCONNECT receipt confirms that the broker processed every ACK
+		// and transaction sent before it.
 		if err := s.cn.stomp.Disconnect(); err != nil {
 			s.c.log.Warn("stompconsumer: disconnect failed", "err", s.c.red.Error(err))
 		}
@@ -521,7 +521,7 @@ func (sr *subRun) read() {
 			s.c.st.dropped.Add(1)
 		}
 	}
-	// The channel closes after UNSUBSCRIBE's receipt or with the connection.
+	// The channel closes with the connection.
 	select {
 	case <-s.stop:
 	default:

@@ -103,9 +103,11 @@
 //
 // When Run's context is cancelled the consumer stops dispatching, lets
 // in-flight handlers finish (their context is cancelled after
-// Config.ShutdownTimeout), sends their ACKs or copies, then UNSUBSCRIBEs
-// and DISCONNECTs with a receipt. The order matters: ActiveMQ silently
-// ignores an ACK sent after UNSUBSCRIBE. Deliveries received but not
+// Config.ShutdownTimeout), sends their ACKs or copies, and only then
+// DISCONNECTs, waiting for the receipt that confirms the broker processed
+// them. The order matters: ActiveMQ silently ignores an ACK sent after
+// UNSUBSCRIBE, so the subscriptions are ended by the DISCONNECT, after the
+// last ACK, not by an UNSUBSCRIBE before it. Deliveries received but not
 // started are not acknowledged; the broker sends them again.
 //
 // # Concurrency
