@@ -16,7 +16,7 @@ const (
 	DefaultConcurrency     = 1
 	DefaultConnectRetries  = 5
 	DefaultConnectTimeout  = 10 * time.Second
-	DefaultHeartBeat       = 10 * time.Second
+	DefaultHeartBeat       = 15 * time.Second
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultMaxHeaderBytes  = 64 << 10
 	DefaultMaxBodyBytes    = 16 << 20

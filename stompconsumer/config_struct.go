@@ -67,7 +67,11 @@ type Config struct {
 	ConnectTimeout time.Duration
 
 	// HeartBeat is the STOMP heart-beat interval asked for in both
-	// directions; default 10s, negative disables heart-beats.
+	// directions; default 15s, negative disables heart-beats (TCP
+	// keep-alives then detect a dead peer). go-stomp v3.1.3 also bounds the
+	// wait for a transaction's receipt by the heart-beat interval minus 5s;
+	// a commit not confirmed in time ends the connection (safely: see
+	// the package documentation on retries).
 	HeartBeat time.Duration
 
 	// MaxHeaderBytes bounds a MESSAGE frame's command and header block, and
