@@ -99,6 +99,16 @@
 // connection. What go-stomp still buffers on its own: up to 20 frames in
 // its read channel and 16 per subscription, each within the limits.
 //
+// # No transacted batches
+//
+// The consumer does not group deliveries into STOMP transactions (BEGIN,
+// handle n, ACK in the transaction, COMMIT). receiver.Process settles each
+// delivery with the audit and the store as soon as its handler returns, so
+// a batch ABORT could not undo the handlers' effects, and on ActiveMQ an
+// aborted ACK does not even redeliver on the live subscription (the
+// messages stay delivered but unacknowledged until the connection ends).
+// ACKs are not round trips (no receipt), so a batch would save little.
+//
 // # Graceful shutdown
 //
 // When Run's context is cancelled the consumer stops dispatching, lets
