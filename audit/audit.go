@@ -111,11 +111,24 @@ func (a *Audit) Check(id string) (Verdict, error) {
 		a.st.malformed++
 		return TooOld, err
 	}
-	v, _ := a.checkKey(key, seq)
+	a.st.checks++
+	if e, found := a.lru.Get(key); found {
+		return a.mark(e, seq), nil // the hot path, inlined
+	}
+	v, _ := a.checkMiss(key, seq, false)
 	if len(a.pending) != 0 {
 		a.flush()
 	}
 	return v, nil
+}
+
+// mark checks seq on a tracked producer (standalone audit; a shard also
+// stamps the epoch, see checkKey). The caller counted the check.
+func (a *Audit) mark(e *entry, seq uint64) (v Verdict) {
+	e.touched = a.st.checks
+	v = e.bin.Mark(seq)
+	a.st.verdicts[v&3]++
+	return
 }
 
 // reject counts and reports an id longer than MaxIDLength (kept out of

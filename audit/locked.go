@@ -53,7 +53,13 @@ func (l *Locked) Check(id string) (Verdict, error) {
 		return TooOld, err
 	}
 	l.mu.Lock()
-	v, _ := l.a.checkKey(key, seq)
+	l.a.st.checks++
+	if e, found := l.a.lru.Get(key); found {
+		v := l.a.mark(e, seq)
+		l.mu.Unlock()
+		return v, nil
+	}
+	v, _ := l.a.checkMiss(key, seq, false)
 	l.unlock()
 	return v, nil
 }
