@@ -122,8 +122,8 @@ func (a *Audit) Check(id string) (Verdict, error) {
 	return v, nil
 }
 
-// mark checks seq on a tracked producer (standalone audit; a shard also
-// stamps the epoch, see checkKey). The caller counted the check.
+// mark checks seq on a tracked producer (a shard's caller also stamps the
+// epoch). The caller counted the check.
 func (a *Audit) mark(e *entry, seq uint64) (v Verdict) {
 	e.touched = a.st.checks
 	v = e.bin.Mark(seq)

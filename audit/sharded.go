@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/acemq/msgaudit/msgid"
 )
 
 // MaxShards is the largest shard count NewSharded accepts.
@@ -133,12 +135,29 @@ func (s *Sharded) countReject(err error, check bool) {
 
 // Check is Audit.Check; only the producer's shard is locked.
 func (s *Sharded) Check(id string) (Verdict, error) {
-	key, seq, err := splitLimit(id, s.maxIDLength)
+	if len(id) > s.maxIDLength {
+		_, _, err := splitLimit(id, s.maxIDLength)
+		s.countReject(err, true)
+		return TooOld, err
+	}
+	key, seq, err := msgid.Split(id)
 	if err != nil {
 		s.countReject(err, true)
 		return TooOld, err
 	}
-	return s.CheckKey(key, seq), nil
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	sh.a.st.checks++
+	if e, found := sh.a.lru.Get(key); found {
+		e.epoch = s.budget.clock.Load() | 1 // the hot path, inlined
+		v := sh.a.mark(e, seq)
+		sh.mu.Unlock()
+		return v, nil
+	}
+	sh.a.st.checks--
+	v := s.checkLocked(sh, key, seq)
+	s.unlock(sh)
+	return v, nil
 }
 
 // CheckKey is Audit.CheckKey; only the producer's shard is locked (and,
@@ -146,11 +165,17 @@ func (s *Sharded) Check(id string) (Verdict, error) {
 func (s *Sharded) CheckKey(key string, seq uint64) Verdict {
 	sh := s.shardOf(key)
 	sh.mu.Lock()
+	v := s.checkLocked(sh, key, seq)
+	s.unlock(sh)
+	return v
+}
+
+// checkLocked checks (key, seq) in sh, which the caller has locked.
+func (s *Sharded) checkLocked(sh *shard, key string, seq uint64) Verdict {
 	v, ok := sh.a.checkKey(key, seq)
 	if !ok {
 		v = s.checkFull(sh, key, seq)
 	}
-	s.unlock(sh)
 	return v
 }
 
