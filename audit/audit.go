@@ -2,7 +2,9 @@ package audit
 
 import (
 	"fmt"
+	"math"
 	"strings"
+	"sync/atomic"
 
 	"github.com/acemq/msgaudit/bitsetbin"
 	"github.com/acemq/msgaudit/msgid"
@@ -54,9 +56,15 @@ type counters struct {
 // goroutines at once; use Locked or Sharded for that. The zero value is not
 // usable: create one with New.
 type Audit struct {
+	// lru and the first counters are what a check touches: they come
+	// first so that, behind a shard's mutex, they share its cache line.
 	lru *simplelru.LRU[string, *entry]
-	cfg config
-	st  counters
+	// oldest is, in a shard of a Sharded audit, the epoch of its least
+	// recently used producer (math.MaxUint64 when empty), published so
+	// that other shards can pick the oldest victim without locking.
+	oldest atomic.Uint64
+	st     counters
+	cfg    config
 	// pending holds evictions not yet reported to cfg.onEvict (only
 	// filled when onEvict is set).
 	pending []eviction
@@ -89,7 +97,32 @@ func newAudit(cfg config, b *budget) *Audit {
 		// Unreachable: config guarantees maxProducers >= 1.
 		panic("audit: " + err.Error())
 	}
-	return &Audit{lru: lru, cfg: cfg, budget: b}
+	a := &Audit{lru: lru, cfg: cfg, budget: b}
+	a.oldest.Store(math.MaxUint64)
+	return a
+}
+
+// publishOldest refreshes oldest after the shard's LRU tail may have
+// changed. A no-op for a standalone audit.
+func (a *Audit) publishOldest() {
+	if a.budget == nil {
+		return
+	}
+	if _, e, ok := a.lru.GetOldest(); ok {
+		a.oldest.Store(e.epoch)
+	} else {
+		a.oldest.Store(math.MaxUint64)
+	}
+}
+
+// touchShard stamps a tracked producer of a shard with the current epoch
+// and republishes the shard's oldest epoch if it was the LRU tail.
+func (a *Audit) touchShard(e *entry) {
+	old := e.epoch
+	e.epoch = a.budget.clock.Load() | 1
+	if old == a.oldest.Load() {
+		a.publishOldest()
+	}
 }
 
 // Check records id ("<producer key>:<sequence>", see msgid.Split) and
@@ -175,7 +208,7 @@ func (a *Audit) checkKey(key string, seq uint64) (v Verdict, ok bool) {
 	if e, found := a.lru.Get(key); found {
 		e.touched = a.st.checks
 		if a.budget != nil {
-			e.epoch = a.budget.clock.Load() | 1
+			a.touchShard(e)
 		}
 		v = e.bin.Mark(seq)
 		a.st.verdicts[v&3]++
@@ -190,7 +223,7 @@ func (a *Audit) checkKeyToken(key string, seq uint64) (v Verdict, used bool) {
 	a.st.checks++
 	if e, found := a.lru.Get(key); found {
 		e.touched = a.st.checks
-		e.epoch = a.budget.clock.Load() | 1
+		a.touchShard(e)
 		v = e.bin.Mark(seq)
 		a.st.verdicts[v&3]++
 		return v, false
@@ -250,6 +283,9 @@ func (a *Audit) insert(key string, token bool) *entry {
 	// key is usually a substring of the caller's id: clone it so the audit
 	// does not pin the caller's buffer.
 	a.lru.Add(strings.Clone(key), e)
+	if a.lru.Len() == 1 {
+		a.publishOldest()
+	}
 	return e
 }
 
@@ -278,6 +314,7 @@ func (a *Audit) evictOldest() {
 		a.pending = append(a.pending, eviction{key: key, recent: recent})
 	}
 	a.spare = e
+	a.publishOldest()
 }
 
 // takePending returns the evictions waiting to be reported and forgets them.
@@ -351,6 +388,7 @@ func (a *Audit) LastSeq(key string) (uint64, bool) {
 func (a *Audit) Clear() {
 	a.lru.Purge()
 	a.spare = nil
+	a.publishOldest()
 }
 
 // Len returns the number of producers tracked.

@@ -3,9 +3,11 @@ package audit
 import (
 	"fmt"
 	"hash/maphash"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/acemq/msgaudit/msgid"
 )
@@ -13,12 +15,19 @@ import (
 // MaxShards is the largest shard count NewSharded accepts.
 const MaxShards = 4096
 
-// shard is one independently locked Audit, padded so that two shards
-// never share a cache line (their counters are written on every check).
-type shard struct {
+// shardBody is one independently locked Audit, inline so that the mutex,
+// the LRU pointer and the check counters share one cache line.
+type shardBody struct {
 	mu sync.Mutex
-	a  Audit // inline, so that shards' counters never share a cache line
-	_  [64]byte
+	a  Audit
+}
+
+// shard pads a shardBody to a multiple of 128 bytes (two cache lines, the
+// unit of the adjacent-line prefetcher) so that two shards never share a
+// line: their counters are written on every check.
+type shard struct {
+	shardBody
+	_ [128 - unsafe.Sizeof(shardBody{})%128]byte
 }
 
 // Sharded is a message audit safe for concurrent use that scales with
@@ -30,15 +39,18 @@ type shard struct {
 // The producer cap is shared by all shards (the total never exceeds it),
 // so evictions happen exactly when they would in Locked. What differs is
 // which producer is evicted. Producers are stamped with an epoch that
-// counts inserts; a new producer evicts, among its own shard and up to 15
-// others whose lock is free at that moment, the least recently used
-// producer with the oldest epoch. With at most 16 shards and no contention
-// that is Locked's victim, except that producers checked since the same
-// insert tie (a tie goes to the new producer's shard, else to the first
-// shard inspected); under contention a busy shard is skipped. A shrinking
-// SetMaxProducers evicts oldest epochs first. "Recent" in Options.OnEvict
-// is judged against the evicted producer's shard's own checks. Verdicts and
-// windows are exactly those of Locked.
+// counts inserts (a check after the k-th insert stamps 2k+1, the k-th
+// insert 2k), and each shard publishes the epoch of its least recently used
+// producer. A new producer evicts the least recently used producer of the
+// shard with the oldest published epoch, comparing all shards when there
+// are at most 64 and 64 of them (round-robin) otherwise. That is Locked's
+// victim except that producers checked since the same insert tie (a tie
+// goes to the new producer's shard, else to the first shard compared), a
+// busy oldest shard is passed over for the new producer's own shard, and,
+// beyond 64 shards, the oldest of a sample. A shrinking SetMaxProducers
+// evicts oldest epochs first. "Recent" in Options.OnEvict is judged against
+// the evicted producer's shard's own checks. Verdicts and windows are
+// exactly those of Locked.
 type Sharded struct {
 	shards []shard
 	seed   maphash.Seed
@@ -52,9 +64,12 @@ type Sharded struct {
 }
 
 // NewSharded returns an empty sharded audit with the given number of
-// shards; 0 means a default of four shards per CPU (GOMAXPROCS), rounded
-// up to a power of two, at most 256. More shards mean less lock contention
-// and a coarser LRU order.
+// shards. 0 means the default: the producer cap rounded up to a power of
+// two, at least four shards per CPU (GOMAXPROCS) and at most 1024. With
+// about as many shards as producers, goroutines checking different
+// producers rarely share a shard, so they rarely exchange its cache lines
+// (the mutex, the counters, the LRU list) and scale with cores. A shard
+// costs about 600 bytes.
 func NewSharded(o Options, shards int) (*Sharded, error) {
 	cfg, err := o.config()
 	if err != nil {
@@ -64,7 +79,7 @@ func NewSharded(o Options, shards int) (*Sharded, error) {
 	case shards < 0 || shards > MaxShards:
 		return nil, fmt.Errorf("%w: %d shards (want 0..%d)", ErrOptions, shards, MaxShards)
 	case shards == 0:
-		shards = defaultShards()
+		shards = defaultShards(cfg.maxProducers)
 	}
 	s := &Sharded{
 		shards:      make([]shard, shards),
@@ -79,9 +94,12 @@ func NewSharded(o Options, shards int) (*Sharded, error) {
 	return s, nil
 }
 
-func defaultShards() int {
+// Shards returns the number of shards.
+func (s *Sharded) Shards() int { return len(s.shards) }
+
+func defaultShards(maxProducers int) int {
 	n := 1
-	for n < 4*runtime.GOMAXPROCS(0) && n < 256 {
+	for n < 1024 && (n < maxProducers || n < 4*runtime.GOMAXPROCS(0)) {
 		n *= 2
 	}
 	return n
@@ -149,7 +167,7 @@ func (s *Sharded) Check(id string) (Verdict, error) {
 	sh.mu.Lock()
 	sh.a.st.checks++
 	if e, found := sh.a.lru.Get(key); found {
-		e.epoch = s.budget.clock.Load() | 1 // the hot path, inlined
+		sh.a.touchShard(e) // the hot path
 		v := sh.a.mark(e, seq)
 		sh.mu.Unlock()
 		return v, nil
@@ -179,15 +197,16 @@ func (s *Sharded) checkLocked(sh *shard, key string, seq uint64) Verdict {
 	return v
 }
 
-// maxCandidates bounds how many other shards a new producer inspects for
-// the oldest victim when the cap is reached.
-const maxCandidates = 15
+// maxCandidates bounds how many shards a new producer compares, by their
+// published oldest epochs, to choose a victim when the cap is reached; with
+// at most maxCandidates shards the choice covers the whole audit.
+const maxCandidates = 64
 
 // checkFull inserts key into sh (locked) when the budget is exhausted: it
 // evicts the least recently used producer of whichever shard holds the
-// oldest one (by insert epoch) among sh and up to maxCandidates others that
-// can be locked without waiting, and gives its slot to key. It returns with
-// sh locked; evictions of other shards are queued on sh for reporting.
+// oldest one (by insert epoch, see pickVictim) and gives its slot to key.
+// It returns with sh locked; evictions of other shards are queued on sh
+// for reporting.
 func (s *Sharded) checkFull(sh *shard, key string, seq uint64) Verdict {
 	for {
 		if victim := s.pickVictim(sh); victim != nil {
@@ -202,7 +221,7 @@ func (s *Sharded) checkFull(sh *shard, key string, seq uint64) Verdict {
 			}
 			return v
 		}
-		// sh is empty and every other shard was busy: wait for one,
+		// sh is empty and the oldest shard was busy: take a slot from it
 		// without holding sh.
 		sh.mu.Unlock()
 		stolen := s.steal()
@@ -220,44 +239,55 @@ func (s *Sharded) checkFull(sh *shard, key string, seq uint64) Verdict {
 	}
 }
 
-// pickVictim returns the shard whose least recently used producer is the
-// oldest among sh (locked by the caller) and the other shards it can lock
-// without waiting, or nil if none of them has a producer. A returned shard
-// other than sh is left locked.
-func (s *Sharded) pickVictim(sh *shard) *shard {
-	var best *shard
-	var bestEpoch uint64
-	if ep, ok := sh.a.oldestEpoch(); ok {
-		best, bestEpoch = sh, ep
-	}
+// oldestShard returns, among up to maxCandidates shards (all of them if
+// there are no more), the one whose published oldest epoch is smallest,
+// or nil if they are all empty. It takes no lock: the answer may be stale.
+func (s *Sharded) oldestShard() *shard {
 	n := uint64(len(s.shards))
-	start := s.next.Add(1)
-	for i := range min(n, maxCandidates+1) {
+	start := uint64(0)
+	if n > maxCandidates {
+		start = s.next.Add(1)
+	}
+	var best *shard
+	bestEpoch := uint64(math.MaxUint64)
+	for i := range min(n, maxCandidates) {
 		o := &s.shards[(start+i)%n]
-		if o == sh || !o.mu.TryLock() {
-			continue
-		}
-		if ep, ok := o.a.oldestEpoch(); ok && (best == nil || ep < bestEpoch) {
-			if best != nil && best != sh {
-				best.mu.Unlock()
-			}
+		if ep := o.a.oldest.Load(); ep < bestEpoch {
 			best, bestEpoch = o, ep
-			continue
 		}
-		o.mu.Unlock()
 	}
 	return best
 }
 
-// steal evicts the least recently used producer of a non-empty shard
-// (tried round-robin, waiting for each lock) and keeps its budget slot for
-// the caller, who holds no lock. It reports false when every shard was
-// empty (the slots are in flight with other callers).
+// pickVictim returns the shard to evict from for a new producer of sh
+// (locked by the caller): the one holding the oldest producer. A shard
+// other than sh is returned locked. If that shard is busy, sh is used if
+// it has a producer; nil means sh is empty and the oldest shard was busy.
+func (s *Sharded) pickVictim(sh *shard) *shard {
+	best := s.oldestShard()
+	switch {
+	case best == nil:
+		return nil
+	case best == sh || sh.a.oldest.Load() == best.a.oldest.Load() && sh.a.lru.Len() > 0:
+		return sh // ties stay in the new producer's shard
+	case best.mu.TryLock():
+		if best.a.lru.Len() > 0 {
+			return best
+		}
+		best.mu.Unlock()
+	}
+	if sh.a.lru.Len() > 0 {
+		return sh
+	}
+	return nil
+}
+
+// steal evicts the least recently used producer of the shard holding the
+// oldest one (waiting for its lock; the caller holds none) and keeps its
+// budget slot for the caller. It reports false when every shard was empty
+// (the slots are in flight with other callers).
 func (s *Sharded) steal() bool {
-	n := uint64(len(s.shards))
-	start := s.next.Add(1)
-	for i := range n {
-		o := &s.shards[(start+i)%n]
+	if o := s.oldestShard(); o != nil {
 		o.mu.Lock()
 		if o.a.lru.Len() > 0 {
 			o.a.evictOldest()

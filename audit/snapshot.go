@@ -102,6 +102,7 @@ func (a *Audit) swap(fresh *Audit) {
 	a.cfg.depth = fresh.cfg.depth
 	a.cfg.maxProducers = fresh.cfg.maxProducers
 	a.spare = nil
+	a.publishOldest()
 }
 
 // reader is a bounds-checked cursor over a snapshot.
