@@ -122,7 +122,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		noJava    = fs.Bool("no-java", false, "skip ActiveMQ's Java audit even when java is installed")
 		noMem     = fs.Bool("no-memory", false, "skip the heap measurements")
 		quiet     = fs.Bool("quiet", false, "no progress bar")
-		rounds    = fs.Int("count", 0, "measure every case this many times, interleaved, keeping the fastest (default 1 quick, 3 full)")
+		rounds    = fs.Int("count", 1, "measure every case this many times, interleaved, keeping the fastest (3 steadies a loaded machine)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -144,11 +144,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			*benchtime = 60 * time.Millisecond
 		}
 	}
-	if *rounds <= 0 {
-		*rounds = 3
-		if *quick {
-			*rounds = 1
-		}
+	if *rounds < 1 {
+		fmt.Fprintln(stderr, "msgaudit bench: --count must be >= 1")
+		return 2
 	}
 	var re *regexp.Regexp
 	if *run != "" {

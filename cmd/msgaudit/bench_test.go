@@ -72,7 +72,7 @@ func TestBenchSubset(t *testing.T) {
 }
 
 func TestBenchUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{"--nope"}, {"extra"}, {"--run", "("}} {
+	for _, args := range [][]string{{"--nope"}, {"extra"}, {"--run", "("}, {"--count", "0"}} {
 		if code, _, _ := runCmd(t, runBench, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
