@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/acemq/msgaudit/bitsetbin"
 	"github.com/acemq/msgaudit/msgid"
@@ -14,6 +15,14 @@ import (
 // entry is one tracked producer: its window and the audit's check counter
 // at its last check (for telling recent evictions from stale ones).
 type entry struct {
+	entryBody
+	// Pad to a multiple of 128 bytes: the allocator then places entries on
+	// cache-line boundaries, so goroutines checking different producers
+	// never write to the same line.
+	_ [(128 - unsafe.Sizeof(entryBody{})%128) % 128]byte
+}
+
+type entryBody struct {
 	bin     bitsetbin.Bin
 	touched uint64
 	// epoch orders the producers of a Sharded audit across shards: 2k when
