@@ -14,11 +14,14 @@ var secretParams = []string{"password", "pass", "passwd", "sslpassword", "secret
 // RedactURL returns rawURL with any password replaced by "xxxxx": the
 // password of the userinfo (redis://user:pw@host, postgres://u:pw@h/db) and
 // query parameters such as password= or sslpassword=. A string that does
-// not parse as a URL is masked textually the same way, so the result is
-// safe to put in an error or a log line either way.
+// not parse as a hierarchical URL — no scheme (//u:pw@h, u:pw@h), an opaque
+// form without "//" (redis:u:pw@h), userinfo-like text in a path with no
+// host (redis:/u:pw@h, redis:///u:pw@h), a bad port or escape — is masked
+// textually the same way, erring towards masking too much, so the result
+// is safe to put in an error or a log line either way.
 func RedactURL(rawURL string) string {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" || u.Opaque != "" {
+	if err != nil || u.Scheme == "" || u.Opaque != "" || (u.Host == "" && strings.Contains(u.Path, "@")) {
 		return redactText(rawURL)
 	}
 	changed := false
@@ -63,19 +66,55 @@ func isSecretParam(name string) bool {
 	return false
 }
 
-// redactText masks a string that is not a parseable URL: everything
-// between the first ':' of the userinfo and its '@', and the values of
-// secret key=value parameters.
+// redactText masks a string that is not a hierarchical URL: everything
+// between the first ':' of the userinfo and the last '@', and the values of
+// secret key=value parameters. The userinfo starts after the scheme and any
+// slashes; a scheme is only skipped when "/" follows it or it is a known
+// connection scheme, because in "u:p:w@h" the "u:" is a user, not a scheme,
+// and skipping it would leave "p" of the password p:w visible.
 func redactText(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		rest := s[i+3:]
-		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-			if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
-				s = s[:i+3] + rest[:colon+1] + redacted + rest[at:]
-			}
+	head := schemePrefix(s)
+	rest := s[len(head):]
+	n := len(rest) - len(strings.TrimLeft(rest, "/"))
+	head, rest = s[:len(head)+n], rest[n:]
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
+			s = head + rest[:colon+1] + redacted + rest[at:]
 		}
 	}
 	return redactQueryText(s)
+}
+
+// knownSchemes are connection schemes whose "scheme:" prefix redactText
+// keeps even when no "/" follows (lowercase).
+var knownSchemes = []string{"redis", "rediss", "unix", "postgres", "postgresql", "amqp", "amqps",
+	"stomp", "stomp+ssl", "stomp+tls", "ssl", "tls", "tcp", "sqlite", "http", "https"}
+
+// schemePrefix returns "scheme:" if s starts with a syntactically valid
+// scheme that is followed by '/' or is one of knownSchemes, else "".
+func schemePrefix(s string) string {
+	i := strings.IndexByte(s, ':')
+	if i <= 0 {
+		return ""
+	}
+	scheme := s[:i]
+	for j := 0; j < len(scheme); j++ {
+		c := scheme[j]
+		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+		if !letter && (j == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return ""
+		}
+	}
+	if strings.HasPrefix(s[i+1:], "/") {
+		return s[:i+1]
+	}
+	lower := strings.ToLower(scheme)
+	for _, k := range knownSchemes {
+		if lower == k {
+			return s[:i+1]
+		}
+	}
+	return ""
 }
 
 // redactQueryText masks the value of every secret name=value pair, whether

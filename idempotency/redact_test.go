@@ -23,6 +23,27 @@ func TestRedactURL(t *testing.T) {
 		{"redis://u:s3cret@host:notaport", "redis://u:xxxxx@host:notaport"},
 		{"postgres://u:s3%zzcret@h/db", "postgres://u:xxxxx@h/db"},
 		{"host=h password=s3cret user=u", "host=h password=xxxxx user=u"},
+		// Opaque forms (no "//"): url.Parse puts the userinfo in Opaque.
+		{"redis:u:s3cret@h:6379", "redis:u:xxxxx@h:6379"},
+		{"redis::s3cret@h:6379/0", "redis::xxxxx@h:6379/0"},
+		{"REDISS:u:s3:cret@h", "REDISS:u:xxxxx@h"},
+		{"postgres:u:s3cret@h/db?sslmode=disable", "postgres:u:xxxxx@h/db?sslmode=disable"},
+		{"redis:u:s3cret@h?password=s3cret", "redis:u:xxxxx@h?password=xxxxx"},
+		{"redis:h:6379", "redis:h:6379"},
+		// An unknown scheme without "//" may be a user: mask from its colon.
+		{"foo:s3cret@h", "foo:xxxxx@h"},
+		{"mailto:joe@example.com", "mailto:xxxxx@example.com"},
+		// Userinfo-like text in a path with no host.
+		{"redis:/u:s3cret@h:6379", "redis:/u:xxxxx@h:6379"},
+		{"redis:///u:s3cret@h:6379", "redis:///u:xxxxx@h:6379"},
+		{"redis://h:6379/0", "redis://h:6379/0"},
+		// No scheme at all.
+		{"//u:s3cret@h:6379", "//u:xxxxx@h:6379"},
+		{"u:s3cret@h:6379", "u:xxxxx@h:6379"},
+		{"u:s3:cret@h:6379", "u:xxxxx@h:6379"},
+		{"h:6379", "h:6379"},
+		// An invalid scheme token is not skipped: mask from the first colon.
+		{"my_db://u:s3cret@h", "my_db:xxxxx@h"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -47,6 +68,10 @@ func FuzzRedactURL(f *testing.F) {
 			scheme + "://" + user + ":" + pw + "@" + host + rest,
 			scheme + "://" + host + rest + "?password=" + pw,
 			scheme + "://" + host + "/db?x=1&password=" + pw + "&y=2",
+			scheme + ":" + user + ":" + pw + "@" + host + rest,
+			"//" + user + ":" + pw + "@" + host + rest,
+			user + ":" + pw + "@" + host + rest,
+			scheme + ":/" + user + ":" + pw + "@" + host + rest,
 		} {
 			if strings.ContainsAny(user+host, "/") || strings.ContainsAny(user+host+rest, "@ \t&;?=#") || strings.Contains(scheme+user+host+rest, "SECRET") {
 				return // the secret's boundaries become ambiguous; covered by the table

@@ -1,8 +1,11 @@
 package receiver
 
 import (
+	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/acemq/msgaudit/bitsetbin"
 	"github.com/acemq/msgaudit/connaudit"
@@ -12,20 +15,178 @@ import (
 // names; names beyond it are parsed on every call.
 const maxCachedDestinations = 4096
 
+// DefaultChurnInterval is the default shortest interval between two
+// producer-churn warnings of a ConnAudit adapter.
+const DefaultChurnInterval = time.Minute
+
+// churnPoll is the longest interval between two reads of the connection
+// audit's Stats by the check path (shorter when the churn interval is).
+const churnPoll = time.Second
+
+// churnHint is the advice logged with a producer-churn warning.
+const churnHint = "raise MaxProducers or investigate a producer-key flood"
+
+// AuditStatsReporter is implemented by an Auditor that can report the
+// counters of its connection audit (the ConnAudit adapter does). Metrics
+// read it when a snapshot is taken or a collector is scraped; it must be
+// safe for concurrent use.
+type AuditStatsReporter interface {
+	AuditStats() connaudit.Stats
+}
+
+// ConnAuditOption configures the adapter returned by ConnAudit.
+type ConnAuditOption interface {
+	apply(*connAuditor)
+}
+
+type connAuditOptionFunc func(*connAuditor)
+
+func (f connAuditOptionFunc) apply(c *connAuditor) { f(c) }
+
+// ConnAuditLogger sets the logger of producer-churn warnings; a nil
+// logger is ignored. Without a logger the adapter does not warn (its
+// counters are still reported through AuditStats and ConnAuditMetrics).
+func ConnAuditLogger(l *slog.Logger) ConnAuditOption {
+	return connAuditOptionFunc(func(c *connAuditor) {
+		if l != nil {
+			c.churn.log.Store(l)
+			c.churn.ownLog = true
+		}
+	})
+}
+
+// ConnAuditChurnInterval sets the shortest interval between two
+// producer-churn warnings; zero or negative means DefaultChurnInterval.
+func ConnAuditChurnInterval(d time.Duration) ConnAuditOption {
+	return connAuditOptionFunc(func(c *connAuditor) {
+		if d > 0 {
+			c.churn.interval = d
+		}
+	})
+}
+
+// ConnAuditClock sets the clock of the churn rate limit (for tests); nil
+// means time.Now.
+func ConnAuditClock(now func() time.Time) ConnAuditOption {
+	return connAuditOptionFunc(func(c *connAuditor) {
+		if now != nil {
+			c.churn.now = now
+		}
+	})
+}
+
+// ConnAuditMetrics makes m report the audit's counters (Snapshot.Audit and
+// the msgaudit_receiver_audit_* metrics of m's collectors). Several
+// adapters may report to one Metrics: their counters are summed.
+func ConnAuditMetrics(m *Metrics) ConnAuditOption {
+	return connAuditOptionFunc(func(c *connAuditor) { m.addAudit(c) })
+}
+
 // ConnAudit adapts a connection audit to Auditor. Destinations are parsed
 // with connaudit.ParseDestination ("/queue/a", "/topic/b", ...); a name
 // without a leading '/' (an AMQP queue name) is a queue. An unparseable
 // destination is an error, which the memory selector treats like an
 // unparseable id (durable tier only, or dead-letter without one).
-func ConnAudit(a *connaudit.Audit) Auditor {
-	return &connAuditor{a: a}
+//
+// The adapter implements AuditStatsReporter, and it makes producer churn
+// visible: when producers still active within their window were evicted
+// (connaudit.Stats.RecentEvictions grew, a sign that MaxProducers is too
+// small or that a producer-key flood is under way), it logs one warning
+// per ConnAuditChurnInterval (default one minute) with the number of such
+// evictions since the last warning and the totals. The check path reads
+// the audit's Stats at most once per second (one atomic timestamp
+// comparison otherwise, and only for checks whose verdict is New: a
+// producer is evicted only to make room for a new one).
+func ConnAudit(a *connaudit.Audit, opts ...ConnAuditOption) Auditor {
+	c := &connAuditor{a: a}
+	c.churn.interval = DefaultChurnInterval
+	c.churn.now = time.Now
+	for _, o := range opts {
+		o.apply(c)
+	}
+	c.churn.poll = min(churnPoll, c.churn.interval)
+	c.churn.base = c.churn.now()
+	return c
 }
 
 type connAuditor struct {
 	a     *connaudit.Audit
 	mu    sync.RWMutex
 	dests map[string]connaudit.Destination
+	churn churnWarner
 }
+
+// churnWarner rate-limits the producer-churn warning of one adapter.
+type churnWarner struct {
+	log    atomic.Pointer[slog.Logger]
+	ownLog bool // set by ConnAuditLogger: binding keeps it
+	now    func() time.Time
+	base   time.Time     // the clock when the adapter was made
+	poll   time.Duration // shortest interval between two Stats reads
+	// interval is the shortest interval between two warnings.
+	interval time.Duration
+	// next is when (nanoseconds since base) the check path may read Stats
+	// again.
+	next atomic.Int64
+
+	mu       sync.Mutex // guards warned and nextWarn
+	warned   uint64     // RecentEvictions reported by the last warning
+	nextWarn time.Duration
+}
+
+// since returns the clock in nanoseconds since the adapter was made.
+func (w *churnWarner) since() time.Duration { return w.now().Sub(w.base) }
+
+// check is called after a New verdict: if a poll is due, it reads the
+// audit's counters and warns when recent evictions grew and no warning was
+// logged within the interval.
+func (w *churnWarner) check(a *connaudit.Audit) {
+	log := w.log.Load()
+	if log == nil {
+		return
+	}
+	now := w.since()
+	next := w.next.Load()
+	if int64(now) < next || !w.next.CompareAndSwap(next, int64(now+w.poll)) {
+		return
+	}
+	w.warn(log, now, a.Stats())
+}
+
+func (w *churnWarner) warn(log *slog.Logger, now time.Duration, st connaudit.Stats) {
+	w.mu.Lock()
+	if st.RecentEvictions <= w.warned || now < w.nextWarn {
+		w.mu.Unlock()
+		return
+	}
+	n := st.RecentEvictions - w.warned
+	w.warned = st.RecentEvictions
+	w.nextWarn = now + w.interval
+	w.mu.Unlock()
+	log.Warn("msgaudit: producers active within their window were evicted from the connection audit; their duplicates can pass undetected",
+		slog.Uint64("recent_evictions", n),
+		slog.Uint64("recent_evictions_total", st.RecentEvictions),
+		slog.Uint64("evictions_total", st.Evictions),
+		slog.Int("producers", st.Producers),
+		slog.Duration("interval", w.interval),
+		slog.String("hint", churnHint))
+}
+
+// bindAuditor connects the receiver's logger and metrics to a: a ConnAudit
+// adapter without its own logger (ConnAuditLogger) warns through log, and
+// an Auditor that implements AuditStatsReporter is read by m's snapshots
+// and collectors. Binding twice is harmless.
+func bindAuditor(a Auditor, log *slog.Logger, m *Metrics) {
+	if c, ok := a.(*connAuditor); ok && log != nil && !c.churn.ownLog {
+		c.churn.log.CompareAndSwap(nil, log)
+	}
+	if r, ok := a.(AuditStatsReporter); ok {
+		m.addAudit(r)
+	}
+}
+
+// AuditStats returns the counters of the connection audit.
+func (c *connAuditor) AuditStats() connaudit.Stats { return c.a.Stats() }
 
 func (c *connAuditor) dest(s string) (connaudit.Destination, error) {
 	c.mu.RLock()
@@ -62,7 +223,11 @@ func (c *connAuditor) Check(consumer, destination, id string) (bitsetbin.Verdict
 	if err != nil {
 		return bitsetbin.TooOld, err
 	}
-	return c.a.Check(consumer, d, id)
+	v, err := c.a.Check(consumer, d, id)
+	if v == bitsetbin.New && err == nil {
+		c.churn.check(c.a)
+	}
+	return v, err
 }
 
 // Rollback clears id in the audit of (consumer, destination).

@@ -1,9 +1,12 @@
 package receiver
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/acemq/msgaudit/connaudit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -66,6 +69,68 @@ type Metrics struct {
 	StoreCalls   atomic.Uint64
 	StoreNanos   atomic.Uint64
 	StoreBuckets [len(storeBuckets)]atomic.Uint64
+
+	// auditMu serialises addAudit; audits is the list of connection
+	// audits whose counters Snapshot reads (copy on write).
+	auditMu sync.Mutex
+	audits  atomic.Pointer[[]AuditStatsReporter]
+}
+
+// addAudit makes m's snapshots report r's counters (once, however often
+// it is added).
+func (m *Metrics) addAudit(r AuditStatsReporter) {
+	if m == nil || r == nil {
+		return
+	}
+	m.auditMu.Lock()
+	defer m.auditMu.Unlock()
+	var cur []AuditStatsReporter
+	if p := m.audits.Load(); p != nil {
+		cur = *p
+	}
+	if slices.Contains(cur, r) {
+		return
+	}
+	next := append(slices.Clip(cur), r)
+	m.audits.Store(&next)
+}
+
+// audited reports whether an audit reports its counters to m.
+func (m *Metrics) audited() bool {
+	if m == nil {
+		return false
+	}
+	p := m.audits.Load()
+	return p != nil && len(*p) > 0
+}
+
+// auditStats sums the counters of the reporting audits.
+func (m *Metrics) auditStats() connaudit.Stats {
+	var st connaudit.Stats
+	p := m.audits.Load()
+	if p == nil {
+		return st
+	}
+	for _, r := range *p {
+		s := r.AuditStats()
+		st.Checks += s.Checks
+		st.New += s.New
+		st.Duplicates += s.Duplicates
+		st.TooOld += s.TooOld
+		st.Malformed += s.Malformed
+		st.TooLong += s.TooLong
+		st.Evictions += s.Evictions
+		st.RecentEvictions += s.RecentEvictions
+		st.Rollbacks += s.Rollbacks
+		st.Producers += s.Producers
+		st.NoDestination += s.NoDestination
+		st.NoID += s.NoID
+		st.Disabled += s.Disabled
+		st.Queues += s.Queues
+		st.Topics += s.Topics
+		st.AuditEvictions += s.AuditEvictions
+	}
+	return st
 }
 
 // StoreBucketBounds returns the upper bounds of the store latency buckets.
@@ -120,6 +185,12 @@ type Snapshot struct {
 	StoreCalls                                                            uint64
 	StoreLatency                                                          time.Duration // total
 	StoreBuckets                                                          []uint64      // per bound of StoreBucketBounds, not cumulative
+	// Audit sums the counters of the connection audits that report to
+	// these Metrics (see AuditStatsReporter, ConnAuditMetrics), read when
+	// the snapshot is taken; zero without one. Audit.RecentEvictions
+	// growing means producers still active were evicted: MaxProducers is
+	// too small or a producer-key flood is under way.
+	Audit connaudit.Stats
 }
 
 // Duplicates returns the total of the duplicates counters.
@@ -135,8 +206,9 @@ func (s Snapshot) MeanStoreLatency() time.Duration {
 	return s.StoreLatency / time.Duration(s.StoreCalls)
 }
 
-// Snapshot copies the counters. Each counter is read atomically; the set is
-// not one atomic cut.
+// Snapshot copies the counters and reads those of the reporting connection
+// audits (a walk over their destination audits). Each counter is read
+// atomically; the set is not one atomic cut.
 func (m *Metrics) Snapshot() Snapshot {
 	if m == nil {
 		return Snapshot{}
@@ -155,13 +227,18 @@ func (m *Metrics) Snapshot() Snapshot {
 	for i := range m.StoreBuckets {
 		s.StoreBuckets[i] = m.StoreBuckets[i].Load()
 	}
+	s.Audit = m.auditStats()
 	return s
 }
 
 // Collector returns a prometheus.Collector exporting m under the metric
 // names msgaudit_receiver_*, with the constant label transport (e.g.
 // "stomp", "amqp", "model"). Several collectors with different transport
-// values may be registered in one registry.
+// values may be registered in one registry. The connection audit's
+// counters (msgaudit_receiver_audit_*: evictions, recent evictions,
+// malformed, too long and too old ids as counters; producers, queue and
+// topic audits as gauges) are read at scrape time, zero when no audit
+// reports to m: they are exported only once one does.
 func (m *Metrics) Collector(transport string) prometheus.Collector {
 	labels := prometheus.Labels{"transport": transport}
 	c := &collector{m: m}
@@ -183,6 +260,22 @@ func (m *Metrics) Collector(transport string) prometheus.Collector {
 	add("store_errors_total", "Failed idempotency store calls.", func(s Snapshot) uint64 { return s.StoreErrors })
 	add("settle_errors_total", "Failed settlements (confirm errors).", func(s Snapshot) uint64 { return s.SettleErrors })
 	add("forgotten_total", "Audit bits rolled back for deliveries that come back unrun.", func(s Snapshot) uint64 { return s.Forgotten })
+	auditFrom := len(c.counters)
+	add("audit_evictions_total", "Producers evicted from the connection audit to make room.", func(s Snapshot) uint64 { return s.Audit.Evictions })
+	add("audit_recent_evictions_total", "Producers evicted while still active within their window (producer churn: raise MaxProducers or investigate a producer-key flood).", func(s Snapshot) uint64 { return s.Audit.RecentEvictions })
+	add("audit_malformed_total", "Ids rejected by the connection audit as malformed.", func(s Snapshot) uint64 { return s.Audit.Malformed })
+	add("audit_too_long_total", "Ids rejected by the connection audit for exceeding MaxIDLength.", func(s Snapshot) uint64 { return s.Audit.TooLong })
+	add("audit_too_old_total", "Ids below their producer's audit window.", func(s Snapshot) uint64 { return s.Audit.TooOld })
+	for i := auditFrom; i < len(c.counters); i++ {
+		c.counters[i].audit = true
+	}
+	gauge := func(name, help string, read func(Snapshot) int) {
+		c.gauges = append(c.gauges, gaugeDesc{
+			desc: prometheus.NewDesc("msgaudit_receiver_"+name, help, nil, labels), read: read})
+	}
+	gauge("audit_producers", "Producers tracked by the connection audit now.", func(s Snapshot) int { return s.Audit.Producers })
+	gauge("audit_queues", "Queue audits of the connection audit now.", func(s Snapshot) int { return s.Audit.Queues })
+	gauge("audit_topics", "Topic audits of the connection audit now.", func(s Snapshot) int { return s.Audit.Topics })
 	c.dup = prometheus.NewDesc("msgaudit_receiver_duplicates_total", "Duplicates absorbed, by the tier that knew.",
 		[]string{"reason"}, labels)
 	c.lat = prometheus.NewDesc("msgaudit_receiver_store_latency_seconds", "Latency of idempotency store calls.", nil, labels)
@@ -190,18 +283,28 @@ func (m *Metrics) Collector(transport string) prometheus.Collector {
 }
 
 type counterDesc struct {
+	desc  *prometheus.Desc
+	read  func(Snapshot) uint64
+	audit bool // exported only when an audit reports to the Metrics
+}
+
+type gaugeDesc struct {
 	desc *prometheus.Desc
-	read func(Snapshot) uint64
+	read func(Snapshot) int
 }
 
 type collector struct {
 	m        *Metrics
 	counters []counterDesc
+	gauges   []gaugeDesc
 	dup, lat *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.counters {
+		ch <- d.desc
+	}
+	for _, d := range c.gauges {
 		ch <- d.desc
 	}
 	ch <- c.dup
@@ -210,8 +313,16 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.m.Snapshot()
+	audited := c.m.audited()
 	for _, d := range c.counters {
-		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.read(s)))
+		if !d.audit || audited {
+			ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.read(s)))
+		}
+	}
+	if audited {
+		for _, d := range c.gauges {
+			ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, float64(d.read(s)))
+		}
 	}
 	for _, r := range []struct {
 		reason string

@@ -1,0 +1,301 @@
+package receiver_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/receiver"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes by a slog handler.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// churnWarnings decodes the JSON log lines and returns the producer-churn
+// warnings among them.
+func churnWarnings(t *testing.T, logs string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(logs), "\n") {
+		if line == "" {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if _, ok := rec["recent_evictions"]; ok {
+			if rec["level"] != "WARN" {
+				t.Errorf("churn log at level %v, want WARN", rec["level"])
+			}
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// churnRig is a receiver over a connection audit with MaxProducers 64, no
+// durable tier and a tiny completed-key table, so a duplicate can only be
+// caught by the audit; the churn warnings go to a JSON log on a manual
+// clock.
+type churnRig struct {
+	r       *receiver.Receiver
+	a       receiver.Auditor
+	metrics *receiver.Metrics
+	logs    *syncBuffer
+	clock   *manualClock
+}
+
+func newChurnRig(t *testing.T, interval time.Duration) *churnRig {
+	t.Helper()
+	ca, err := connaudit.New(connaudit.Options{MaxProducers: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &churnRig{metrics: new(receiver.Metrics), logs: new(syncBuffer), clock: newClock()}
+	log := slog.New(slog.NewJSONHandler(g.logs, nil))
+	g.a = receiver.ConnAudit(ca, receiver.ConnAuditLogger(log), receiver.ConnAuditChurnInterval(interval),
+		receiver.ConnAuditClock(g.clock.Now), receiver.ConnAuditMetrics(g.metrics))
+	g.r, err = receiver.New(receiver.Config{Audit: g.a, Metrics: g.metrics, Logger: log, Completed: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestProducerChurnFlood floods a receiver whose audit holds 64 producers
+// with 10,000 distinct producer keys, while 8 real producers keep sending
+// (each touched every 50 flood keys, so they stay inside the cap) and
+// redeliver their previous message. The flood must show in the metrics and
+// in rate-limited warnings, and the real duplicates must still be caught.
+func TestProducerChurnFlood(t *testing.T) {
+	t.Parallel()
+	const (
+		flood    = 10_000
+		real     = 8
+		every    = 50
+		tick     = time.Millisecond // manual clock advance per flood message
+		interval = 2 * time.Second
+	)
+	g := newChurnRig(t, interval)
+	seq := make([]int, real)
+	var realRuns, realDups, realSent int
+	count := func(res receiver.Result) {
+		if res.Ran {
+			realRuns++
+		}
+	}
+	for i := range flood {
+		m := &receiver.Message{Key: fmt.Sprintf("ID:flood-%d-1:1:1:1:1", i), Destination: "/queue/orders", Consumer: "c1"}
+		if res := g.r.Process(bg, m, okHandler); res.Action != receiver.Ack || !res.Ran {
+			t.Fatalf("flood message %d: %+v", i, res)
+		}
+		g.clock.Advance(tick)
+		if i%every != 0 {
+			continue
+		}
+		for p := range real {
+			if seq[p] > 0 { // redeliver the previous message: the audit must know it
+				m := &receiver.Message{Key: fmt.Sprintf("ID:real-%d-1:1:1:1:%d", p, seq[p]), Destination: "/queue/orders", Consumer: "c1"}
+				res := g.r.Process(bg, m, okHandler)
+				if !res.Duplicate || res.Ran || res.Reason != "audit" {
+					t.Fatalf("redelivery of real producer %d seq %d after %d flood keys: %+v", p, seq[p], i, res)
+				}
+				realDups++
+			}
+			seq[p]++
+			m := &receiver.Message{Key: fmt.Sprintf("ID:real-%d-1:1:1:1:%d", p, seq[p]), Destination: "/queue/orders", Consumer: "c1"}
+			res := g.r.Process(bg, m, okHandler)
+			count(res)
+			realSent++
+		}
+	}
+	if realRuns != realSent {
+		t.Errorf("real producers: %d of %d new messages ran", realRuns, realSent)
+	}
+	if want := real * (flood/every - 1); realDups != want {
+		t.Errorf("real duplicates caught %d, want %d", realDups, want)
+	}
+
+	s := g.metrics.Snapshot()
+	if s.Audit.RecentEvictions == 0 || s.Audit.Evictions < flood-64 || s.Audit.Producers > 64 {
+		t.Errorf("audit stats %+v: want recent evictions > 0, evictions >= %d, producers <= 64", s.Audit, flood-64)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(g.metrics.Collector("model"))
+	got := gathered(t, reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs { // gathered keeps counters and histograms only
+		if mf.GetType() == dto.MetricType_GAUGE {
+			got[mf.GetName()+"{transport=model}"] = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	for k, want := range map[string]float64{
+		"msgaudit_receiver_audit_recent_evictions_total{transport=model}": float64(s.Audit.RecentEvictions),
+		"msgaudit_receiver_audit_evictions_total{transport=model}":        float64(s.Audit.Evictions),
+		"msgaudit_receiver_audit_producers{transport=model}":              64,
+		"msgaudit_receiver_audit_queues{transport=model}":                 1,
+		"msgaudit_receiver_audit_topics{transport=model}":                 0,
+		"msgaudit_receiver_audit_malformed_total{transport=model}":        0,
+		"msgaudit_receiver_audit_too_long_total{transport=model}":         0,
+		"msgaudit_receiver_audit_too_old_total{transport=model}":          0,
+	} {
+		if v, ok := got[k]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", k, v, ok, want)
+		}
+	}
+	if got["msgaudit_receiver_audit_recent_evictions_total{transport=model}"] <= 0 {
+		t.Error("collector reports no recent evictions")
+	}
+
+	// At most one warning per interval of the manual clock, plus the first.
+	warns := churnWarnings(t, g.logs.String())
+	maxWarns := int(time.Duration(flood)*tick/interval) + 1
+	if len(warns) == 0 || len(warns) > maxWarns {
+		t.Fatalf("%d churn warnings, want 1..%d", len(warns), maxWarns)
+	}
+	var reported float64
+	prevTotal := 0.0
+	for _, w := range warns {
+		n, total := w["recent_evictions"].(float64), w["recent_evictions_total"].(float64)
+		if n <= 0 || total != prevTotal+n {
+			t.Errorf("warning %v: count %v does not follow the previous total %v", w, n, prevTotal)
+		}
+		if w["hint"] != "raise MaxProducers or investigate a producer-key flood" {
+			t.Errorf("warning without the cap hint: %v", w)
+		}
+		if _, ok := w["evictions_total"]; !ok {
+			t.Errorf("warning without evictions_total: %v", w)
+		}
+		reported += n
+		prevTotal = total
+	}
+	if reported > float64(s.Audit.RecentEvictions) {
+		t.Errorf("warnings report %v recent evictions, more than the %d counted", reported, s.Audit.RecentEvictions)
+	}
+}
+
+// TestProducerChurnQuiet: producers inside the cap are never evicted, so no
+// warning is logged however long the clock runs.
+func TestProducerChurnQuiet(t *testing.T) {
+	t.Parallel()
+	g := newChurnRig(t, time.Millisecond)
+	for i := range 2000 {
+		m := &receiver.Message{Key: fmt.Sprintf("ID:p-%d-1:1:1:1:%d", i%64, i/64+1), Destination: "orders", Consumer: "c1"}
+		if res := g.r.Process(bg, m, okHandler); !res.Ran {
+			t.Fatalf("message %d: %+v", i, res)
+		}
+		g.clock.Advance(10 * time.Millisecond)
+	}
+	s := g.metrics.Snapshot()
+	if s.Audit.Evictions != 0 || s.Audit.RecentEvictions != 0 || s.Audit.Producers != 64 || s.Audit.New != 2000 {
+		t.Errorf("audit stats %+v", s.Audit)
+	}
+	if w := churnWarnings(t, g.logs.String()); len(w) != 0 {
+		t.Errorf("%d churn warnings without churn: %v", len(w), w)
+	}
+}
+
+// TestProducerChurnRateLimit: a flood on a clock that does not move logs
+// exactly one warning (the first poll that sees recent evictions), and one
+// more once the interval has passed.
+func TestProducerChurnRateLimit(t *testing.T) {
+	t.Parallel()
+	g := newChurnRig(t, time.Minute)
+	send := func(from, to int) {
+		for i := from; i < to; i++ {
+			g.r.Process(bg, &receiver.Message{Key: fmt.Sprintf("ID:f-%d-1:1:1:1:1", i), Destination: "orders"}, okHandler)
+		}
+	}
+	send(0, 1000)
+	// The clock has not moved: the only Stats read happened at the first
+	// check, before any eviction.
+	if w := churnWarnings(t, g.logs.String()); len(w) != 0 {
+		t.Fatalf("%d warnings before the first poll interval passed", len(w))
+	}
+	g.clock.Advance(time.Second)
+	send(1000, 2000)
+	if w := churnWarnings(t, g.logs.String()); len(w) != 1 {
+		t.Fatalf("%d warnings after one poll, want 1", len(w))
+	}
+	g.clock.Advance(30 * time.Second)
+	send(2000, 3000)
+	if w := churnWarnings(t, g.logs.String()); len(w) != 1 {
+		t.Fatalf("%d warnings inside the interval, want 1", len(w))
+	}
+	g.clock.Advance(30 * time.Second)
+	send(3000, 4000)
+	w := churnWarnings(t, g.logs.String())
+	if len(w) != 2 {
+		t.Fatalf("%d warnings after the interval, want 2", len(w))
+	}
+	if n := w[1]["recent_evictions"].(float64); n <= 0 {
+		t.Errorf("second warning counts %v evictions", n)
+	}
+}
+
+// TestProducerChurnConcurrent floods one adapter from several goroutines on
+// the real clock (run with -race): the counters add up and every warning
+// reports a positive count.
+func TestProducerChurnConcurrent(t *testing.T) {
+	t.Parallel()
+	ca, err := connaudit.New(connaudit.Options{MaxProducers: 64, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := new(syncBuffer)
+	m := new(receiver.Metrics)
+	a := receiver.ConnAudit(ca, receiver.ConnAuditLogger(slog.New(slog.NewJSONHandler(logs, nil))),
+		receiver.ConnAuditChurnInterval(time.Microsecond), receiver.ConnAuditMetrics(m), receiver.ConnAuditMetrics(m))
+	const workers, per = 4, 2000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range per {
+				if _, err := a.Check("c1", "/queue/q", fmt.Sprintf("ID:w%d-%d-1:1:1:1:1", w, i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := m.Snapshot() // the adapter was added twice: counted once
+	if s.Audit.New != workers*per || s.Audit.Evictions < workers*per-64 {
+		t.Errorf("audit stats %+v", s.Audit)
+	}
+	for _, w := range churnWarnings(t, logs.String()) {
+		if n := w["recent_evictions"].(float64); n <= 0 {
+			t.Errorf("warning with count %v", n)
+		}
+	}
+	if r, ok := a.(receiver.AuditStatsReporter); !ok || r.AuditStats().Checks != workers*per {
+		t.Errorf("adapter does not report its stats (%v)", ok)
+	}
+}
