@@ -40,18 +40,18 @@ func TestBindAuditor(t *testing.T) {
 	bound := ConnAudit(newCA(), ConnAuditClock(clock), ConnAuditChurnInterval(time.Second))
 	bindAuditor(bound, slog.New(slog.NewTextHandler(&recv, nil)), m)
 	bindAuditor(bound, slog.New(slog.NewTextHandler(&own, nil)), m) // the first binding stays
-	flood(bound, 100)
+	flood(bound, 1000)
 	if !strings.Contains(recv.String(), "recent_evictions=") || own.Len() != 0 {
 		t.Errorf("bound adapter logged %q to the receiver's logger and %q to the second", recv.String(), own.String())
 	}
-	if s := m.Snapshot(); s.Audit.RecentEvictions == 0 || s.Audit.Checks != 100 {
+	if s := m.Snapshot(); s.Audit.RecentEvictions == 0 || s.Audit.Checks != 1000 {
 		t.Errorf("bound metrics report %+v", s.Audit)
 	}
 
 	recv.Reset()
 	withOwn := ConnAudit(newCA(), ConnAuditClock(clock), ConnAuditLogger(slog.New(slog.NewTextHandler(&own, nil))))
 	bindAuditor(withOwn, slog.New(slog.NewTextHandler(&recv, nil)), nil)
-	flood(withOwn, 100)
+	flood(withOwn, 1000)
 	if recv.Len() != 0 || !strings.Contains(own.String(), "recent_evictions=") {
 		t.Errorf("adapter with its own logger logged %q to the receiver's and %q to its own", recv.String(), own.String())
 	}

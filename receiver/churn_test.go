@@ -222,9 +222,11 @@ func TestProducerChurnQuiet(t *testing.T) {
 	}
 }
 
-// TestProducerChurnRateLimit: a flood on a clock that does not move logs
-// exactly one warning (the first poll that sees recent evictions), and one
-// more once the interval has passed.
+// TestProducerChurnRateLimit: no warning before the first poll (a second
+// after the adapter was made), then exactly one warning (the first poll
+// that sees recent evictions), and one more once the interval has passed.
+// The check path samples about one New check in 16: 1000 checks after each
+// clock step make a missed poll practically impossible (p < 1e-27).
 func TestProducerChurnRateLimit(t *testing.T) {
 	t.Parallel()
 	g := newChurnRig(t, time.Minute)
@@ -234,8 +236,7 @@ func TestProducerChurnRateLimit(t *testing.T) {
 		}
 	}
 	send(0, 1000)
-	// The clock has not moved: the only Stats read happened at the first
-	// check, before any eviction.
+	// The clock has not moved: no poll yet.
 	if w := churnWarnings(t, g.logs.String()); len(w) != 0 {
 		t.Fatalf("%d warnings before the first poll interval passed", len(w))
 	}
@@ -297,5 +298,39 @@ func TestProducerChurnConcurrent(t *testing.T) {
 	}
 	if r, ok := a.(receiver.AuditStatsReporter); !ok || r.AuditStats().Checks != workers*per {
 		t.Errorf("adapter does not report its stats (%v)", ok)
+	}
+}
+
+// BenchmarkConnAuditCheck measures the adapter's Check of new ids of 16
+// producers (no eviction) with churn warnings off (no logger) and on (an
+// atomic clock comparison per New verdict, a Stats read per second).
+func BenchmarkConnAuditCheck(b *testing.B) {
+	ids := make([]string, 1<<14)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("ID:p-%d-1:1:1:1:%d", i%16, i/16+1)
+	}
+	for _, logged := range []bool{false, true} {
+		b.Run(fmt.Sprintf("logger=%v", logged), func(b *testing.B) {
+			b.ReportAllocs()
+			var opts []receiver.ConnAuditOption
+			if logged {
+				opts = append(opts, receiver.ConnAuditLogger(slog.New(slog.DiscardHandler)))
+			}
+			var a receiver.Auditor
+			for i := range b.N {
+				if i%len(ids) == 0 { // a fresh audit, so every id is New
+					b.StopTimer()
+					ca, err := connaudit.New(connaudit.Options{Depth: 1 << 12})
+					if err != nil {
+						b.Fatal(err)
+					}
+					a = receiver.ConnAudit(ca, opts...)
+					b.StartTimer()
+				}
+				if _, err := a.Check("c", "/queue/q", ids[i%len(ids)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
