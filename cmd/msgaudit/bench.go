@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -122,6 +123,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		noJava    = fs.Bool("no-java", false, "skip ActiveMQ's Java audit even when java is installed")
 		noMem     = fs.Bool("no-memory", false, "skip the heap measurements")
 		quiet     = fs.Bool("quiet", false, "no progress bar")
+		from      = fs.String("from", "", "do not measure: print (and chart, --png) the results saved in `FILE` by --json")
 		rounds    = fs.Int("count", 1, "measure every case this many times, interleaved, keeping the fastest (3 steadies a loaded machine)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -133,6 +135,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "msgaudit bench: unexpected arguments:", fs.Args())
 		return 2
+	}
+	if *from != "" {
+		return benchFromFile(*from, *pngOut, *benchstat, stdout, stderr)
 	}
 	profile := benchkit.Full
 	if *quick {
@@ -558,4 +563,36 @@ func writeFileWith(path string, f func(io.Writer) error) error {
 		return err
 	}
 	return fh.Close()
+}
+
+// benchFromFile prints, charts or converts a report saved with --json.
+func benchFromFile(path, png, benchstat string, stdout, stderr io.Writer) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintln(stderr, "msgaudit bench:", err)
+		return 1
+	}
+	var rep benchReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		fmt.Fprintf(stderr, "msgaudit bench: %s: %v\n", path, err)
+		return 1
+	}
+	if benchstat == "-" {
+		writeBenchstat(stdout, &rep)
+	} else {
+		printBench(stdout, &rep)
+		if benchstat != "" {
+			if err := writeFileWith(benchstat, func(w io.Writer) error { writeBenchstat(w, &rep); return nil }); err != nil {
+				fmt.Fprintln(stderr, "msgaudit bench:", err)
+				return 1
+			}
+		}
+	}
+	if png != "" {
+		if err := writeBenchPNG(png, &rep); err != nil {
+			fmt.Fprintln(stderr, "msgaudit bench:", err)
+			return 1
+		}
+	}
+	return 0
 }

@@ -57,6 +57,10 @@ func TestBenchSubset(t *testing.T) {
 			t.Errorf("bytes/producer missing: %+v", r)
 		}
 	}
+	code, again, stderr := runCmd(t, runBench, "--from", js, "--png", png)
+	if code != 0 || again != stdout {
+		t.Fatalf("--from: exit %d, %s\n%s\nwant\n%s", code, stderr, again, stdout)
+	}
 	p, err := os.ReadFile(png)
 	if err != nil || !bytes.HasPrefix(p, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Fatalf("png: %v, %d bytes", err, len(p))
@@ -72,6 +76,9 @@ func TestBenchSubset(t *testing.T) {
 }
 
 func TestBenchUsageErrors(t *testing.T) {
+	if code, _, _ := runCmd(t, runBench, "--from", filepath.Join(t.TempDir(), "missing.json")); code != 1 {
+		t.Errorf("--from missing file: exit %d, want 1", code)
+	}
 	for _, args := range [][]string{{"--nope"}, {"extra"}, {"--run", "("}, {"--count", "0"}} {
 		if code, _, _ := runCmd(t, runBench, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)

@@ -17,7 +17,7 @@ import (
 )
 
 // chartImpls are the lines of the chart, in legend order.
-var chartImpls = []string{"audit", "floor-map", "floor-bit", "map", "lru"}
+var chartImpls = []string{"audit", "floor-parse", "floor-map", "floor-bit", "map", "lru"}
 
 // writeBenchPNG draws ns/op of the inorder workload against depth (at 64
 // producers) and against producers (at depth 2048), both axes log scale,
@@ -90,6 +90,8 @@ func writeBenchPNG(path string, rep *benchReport) error {
 		}
 	}
 	for _, p := range []*plot.Plot{byDepth, byProd} {
+		// Headroom above the slowest line for the legend (log scale).
+		p.Y.Max *= 30
 		p.X.Scale = plot.LogScale{}
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
