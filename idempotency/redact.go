@@ -118,7 +118,8 @@ func schemePrefix(s string) string {
 }
 
 // redactQueryText masks the value of every secret name=value pair, whether
-// separated by '&', '?', ';' or spaces.
+// separated by '&', '?', ';' or spaces, including libpq's key/value form:
+// spaces around '=', a 'quoted value' and backslash escapes.
 func redactQueryText(s string) string {
 	var b strings.Builder
 	for len(s) > 0 {
@@ -127,18 +128,40 @@ func redactQueryText(s string) string {
 			b.WriteString(s)
 			break
 		}
-		start := strings.LastIndexAny(s[:i], "?&; \t") + 1
-		name := s[start:i]
+		key := strings.TrimRight(s[:i], " \t")
+		name := key[strings.LastIndexAny(key, "?&; \t")+1:]
 		b.WriteString(s[:i+1])
 		s = s[i+1:]
-		if isSecretParam(name) {
-			end := strings.IndexAny(s, "&; \t")
-			if end < 0 {
-				end = len(s)
-			}
-			b.WriteString(redacted)
-			s = s[end:]
+		if !isSecretParam(name) {
+			continue
 		}
+		v := strings.TrimLeft(s, " \t")
+		b.WriteString(s[:len(s)-len(v)])
+		b.WriteString(redacted)
+		s = v[valueEnd(v):]
 	}
 	return b.String()
+}
+
+// valueEnd returns the length of the value at the start of v: a 'quoted'
+// value up to its closing quote, else up to '&', ';', a space or a tab; a
+// backslash escapes the next byte either way (libpq's rules; where
+// backslashes are not escapes this only masks more).
+func valueEnd(v string) int {
+	quoted := strings.HasPrefix(v, "'")
+	j := 0
+	if quoted {
+		j = 1
+	}
+	for ; j < len(v); j++ {
+		switch c := v[j]; {
+		case c == '\\':
+			j++
+		case quoted && c == '\'':
+			return j + 1
+		case !quoted && (c == '&' || c == ';' || c == ' ' || c == '\t'):
+			return j
+		}
+	}
+	return len(v)
 }

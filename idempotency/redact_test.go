@@ -23,6 +23,13 @@ func TestRedactURL(t *testing.T) {
 		{"redis://u:s3cret@host:notaport", "redis://u:xxxxx@host:notaport"},
 		{"postgres://u:s3%zzcret@h/db", "postgres://u:xxxxx@h/db"},
 		{"host=h password=s3cret user=u", "host=h password=xxxxx user=u"},
+		// libpq key/value strings: spaces around '=', quotes, escapes.
+		{"host=h password='s3 cret' user=u", "host=h password=xxxxx user=u"},
+		{"host=h password = s3cret user=u", "host=h password = xxxxx user=u"},
+		{`password=s3\ cret host=h`, "password=xxxxx host=h"},
+		{`password='s3\'c ret' host=h`, "password=xxxxx host=h"},
+		{"host=h password='s3 cret", "host=h password=xxxxx"},
+		{"host=h sslmode=disable", "host=h sslmode=disable"},
 		// Opaque forms (no "//"): url.Parse puts the userinfo in Opaque.
 		{"redis:u:s3cret@h:6379", "redis:u:xxxxx@h:6379"},
 		{"redis::s3cret@h:6379/0", "redis::xxxxx@h:6379/0"},
@@ -76,6 +83,13 @@ func FuzzRedactURL(f *testing.F) {
 			if strings.ContainsAny(user+host, "/") || strings.ContainsAny(user+host+rest, "@ \t&;?=#") || strings.Contains(scheme+user+host+rest, "SECRET") {
 				return // the secret's boundaries become ambiguous; covered by the table
 			}
+			if got := RedactURL(in); strings.Contains(got, pw) {
+				t.Fatalf("RedactURL(%q) = %q keeps the password", in, got)
+			}
+		}
+		// A libpq key/value string with the password quoted among spaces.
+		if !strings.ContainsAny(user, `'\`) {
+			in := "host=" + host + " password='" + user + " " + pw + "' user=u"
 			if got := RedactURL(in); strings.Contains(got, pw) {
 				t.Fatalf("RedactURL(%q) = %q keeps the password", in, got)
 			}
