@@ -60,7 +60,8 @@ func churnWarnings(t *testing.T, logs string) []map[string]any {
 // churnRig is a receiver over a connection audit with MaxProducers 64, no
 // durable tier and a tiny completed-key table, so a duplicate can only be
 // caught by the audit; the churn warnings go to a JSON log on a manual
-// clock.
+// clock. The logger and the metrics reach the adapter through
+// receiver.New.
 type churnRig struct {
 	r       *receiver.Receiver
 	a       receiver.Auditor
@@ -77,8 +78,9 @@ func newChurnRig(t *testing.T, interval time.Duration) *churnRig {
 	}
 	g := &churnRig{metrics: new(receiver.Metrics), logs: new(syncBuffer), clock: newClock()}
 	log := slog.New(slog.NewJSONHandler(g.logs, nil))
-	g.a = receiver.ConnAudit(ca, receiver.ConnAuditLogger(log), receiver.ConnAuditChurnInterval(interval),
-		receiver.ConnAuditClock(g.clock.Now), receiver.ConnAuditMetrics(g.metrics))
+	// The adapter gets no logger and no metrics of its own: receiver.New
+	// must hand it the receiver's.
+	g.a = receiver.ConnAudit(ca, receiver.ConnAuditChurnInterval(interval), receiver.ConnAuditClock(g.clock.Now))
 	g.r, err = receiver.New(receiver.Config{Audit: g.a, Metrics: g.metrics, Logger: log, Completed: 16})
 	if err != nil {
 		t.Fatal(err)

@@ -135,6 +135,9 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = new(Metrics)
 	}
+	// The audit reports churn through the receiver's logger and its
+	// counters through the receiver's Metrics.
+	bindAuditor(cfg.Audit, cfg.Logger, cfg.Metrics)
 	for i, s := range cfg.Selectors {
 		if s == nil {
 			return nil, fmt.Errorf("%w: nil selector %d", ErrConfig, i)
