@@ -360,7 +360,14 @@ func (a *Audit) Rollback(id string) error {
 // RollbackKey is Rollback for an id already split into key and sequence.
 // It refreshes the producer's recency, as ActiveMQ does.
 func (a *Audit) RollbackKey(key string, seq uint64) {
-	if e, ok := a.lru.Get(key); ok && e.bin.Unmark(seq) {
+	e, ok := a.lru.Get(key)
+	if !ok {
+		return
+	}
+	if a.budget != nil {
+		a.touchShard(e) // Get moved it to the front: keep epochs in list order
+	}
+	if e.bin.Unmark(seq) {
 		a.st.rollbacks++
 	}
 }
@@ -378,6 +385,9 @@ func (a *Audit) IsInOrder(id string) (bool, error) {
 	e, ok := a.lru.Get(key)
 	if !ok {
 		return true, nil
+	}
+	if a.budget != nil {
+		a.touchShard(e)
 	}
 	return e.bin.IsInOrder(seq), nil
 }

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/acemq/msgaudit/msgid"
@@ -43,11 +43,11 @@ type shard struct {
 // insert 2k), and each shard publishes the epoch of its least recently used
 // producer. A new producer evicts the least recently used producer of the
 // shard with the oldest published epoch, comparing all shards when there
-// are at most 64 and 64 of them (round-robin) otherwise. That is Locked's
+// are at most 256 and a random window of 256 of them otherwise. That is Locked's
 // victim except that producers checked since the same insert tie (a tie
 // goes to the new producer's shard, else to the first shard compared), a
 // busy oldest shard is passed over for the new producer's own shard, and,
-// beyond 64 shards, the oldest of a sample. A shrinking SetMaxProducers
+// beyond 256 shards, the oldest of a sample. A shrinking SetMaxProducers
 // evicts oldest epochs first. "Recent" in Options.OnEvict is judged against
 // the evicted producer's shard's own checks. Verdicts and windows are
 // exactly those of Locked.
@@ -55,21 +55,18 @@ type Sharded struct {
 	shards []shard
 	seed   maphash.Seed
 	budget budget
-	// next is where the next steal starts looking, so that steals spread
-	// over the shards instead of draining the first one.
-	next atomic.Uint64
 	// maxIDLength and onEvict never change after construction.
 	maxIDLength int
 	onEvict     func(string, bool)
 }
 
 // NewSharded returns an empty sharded audit with the given number of
-// shards. 0 means the default: the producer cap rounded up to a power of
-// two, at least four shards per CPU (GOMAXPROCS) and at most 1024. With
-// about as many shards as producers, goroutines checking different
-// producers rarely share a shard, so they rarely exchange its cache lines
-// (the mutex, the counters, the LRU list) and scale with cores. A shard
-// costs about 600 bytes.
+// shards. 0 means the default: four shards per producer of the cap,
+// rounded up to a power of two, at least four per CPU (GOMAXPROCS) and at
+// most MaxShards. Goroutines checking different producers then rarely meet
+// in a shard, so they rarely exchange its cache lines (the mutex, the
+// counters, the LRU list) and scale with cores; with fewer shards than
+// producers they mostly do not. A shard costs about 1 KiB.
 func NewSharded(o Options, shards int) (*Sharded, error) {
 	cfg, err := o.config()
 	if err != nil {
@@ -99,7 +96,7 @@ func (s *Sharded) Shards() int { return len(s.shards) }
 
 func defaultShards(maxProducers int) int {
 	n := 1
-	for n < 1024 && (n < maxProducers || n < 4*runtime.GOMAXPROCS(0)) {
+	for n < MaxShards && (n < 4*maxProducers || n < 4*runtime.GOMAXPROCS(0)) {
 		n *= 2
 	}
 	return n
@@ -200,7 +197,7 @@ func (s *Sharded) checkLocked(sh *shard, key string, seq uint64) Verdict {
 // maxCandidates bounds how many shards a new producer compares, by their
 // published oldest epochs, to choose a victim when the cap is reached; with
 // at most maxCandidates shards the choice covers the whole audit.
-const maxCandidates = 64
+const maxCandidates = 256
 
 // checkFull inserts key into sh (locked) when the budget is exhausted: it
 // evicts the least recently used producer of whichever shard holds the
@@ -246,7 +243,10 @@ func (s *Sharded) oldestShard() *shard {
 	n := uint64(len(s.shards))
 	start := uint64(0)
 	if n > maxCandidates {
-		start = s.next.Add(1)
+		// A random window: consecutive windows must not overlap, or the
+		// same few shards would be drained of everything but their
+		// youngest producers while older ones live elsewhere.
+		start = rand.Uint64N(n)
 	}
 	var best *shard
 	bestEpoch := uint64(math.MaxUint64)
@@ -339,6 +339,7 @@ func (s *Sharded) IsInOrder(id string) (bool, error) {
 	if !ok {
 		return true, nil
 	}
+	sh.a.touchShard(e)
 	return e.bin.IsInOrder(seq), nil
 }
 
