@@ -29,7 +29,7 @@ func (g *globalLock) Check(_ string, d connaudit.Destination, id string) (audit.
 	defer g.mu.Unlock()
 	a := g.m[d]
 	if a == nil {
-		a, _ = audit.New(audit.Options{})
+		a, _ = audit.New(audit.Options{MaxProducers: benchCap})
 		g.m[d] = a
 	}
 	return a.Check(id)
@@ -49,13 +49,17 @@ func (r *rwMap) Check(_ string, d connaudit.Destination, id string) (audit.Verdi
 	if a == nil {
 		r.mu.Lock()
 		if a = r.m[d]; a == nil {
-			a, _ = audit.NewLocked(audit.Options{})
+			a, _ = audit.NewLocked(audit.Options{MaxProducers: benchCap})
 			r.m[d] = a
 		}
 		r.mu.Unlock()
 	}
 	return a.Check(id)
 }
+
+// benchCap is the producer cap of every audit in the parallel benchmark:
+// room for all goroutines' producers on one destination (no churn).
+const benchCap = 1024
 
 func benchIDs(g, n int) []string {
 	ids := make([]string, n)
@@ -100,8 +104,8 @@ func BenchmarkParallel(b *testing.B) {
 		name string
 		make func() checker
 	}{
-		{"connaudit", func() checker { return mustNew(b, connaudit.Options{}) }},
-		{"connaudit-sharded", func() checker { return mustNew(b, connaudit.Options{Shards: 8}) }},
+		{"connaudit", func() checker { return mustNew(b, connaudit.Options{MaxProducers: benchCap}) }},
+		{"connaudit-sharded", func() checker { return mustNew(b, connaudit.Options{MaxProducers: benchCap, Shards: 4 * benchCap}) }},
 		{"globallock", func() checker { return &globalLock{m: map[connaudit.Destination]*audit.Audit{}} }},
 		{"rwmutex", func() checker { return &rwMap{m: map[connaudit.Destination]*audit.Locked{}} }},
 	}
