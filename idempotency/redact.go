@@ -1,15 +1,6 @@
 package idempotency
 
-import (
-	"net/url"
-	"strings"
-)
-
-// redacted replaces a password in RedactURL's result.
-const redacted = "xxxxx"
-
-// secretParams are query parameters RedactURL masks (lowercase).
-var secretParams = []string{"password", "pass", "passwd", "sslpassword", "secret", "token"}
+import "github.com/acemq/msgaudit/internal/redact"
 
 // RedactURL returns rawURL with any password replaced by "xxxxx": the
 // password of the userinfo (redis://user:pw@host, postgres://u:pw@h/db) and
@@ -19,149 +10,10 @@ var secretParams = []string{"password", "pass", "passwd", "sslpassword", "secret
 // host (redis:/u:pw@h, redis:///u:pw@h), a bad port or escape — is masked
 // textually the same way, erring towards masking too much, so the result
 // is safe to put in an error or a log line either way.
-func RedactURL(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" || u.Opaque != "" || (u.Host == "" && strings.Contains(u.Path, "@")) {
-		return redactText(rawURL)
-	}
-	changed := false
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), redacted)
-			changed = true
-		}
-	}
-	if u.RawQuery != "" {
-		q, err := url.ParseQuery(u.RawQuery)
-		if err != nil {
-			u.RawQuery = redactQueryText(u.RawQuery)
-			changed = true
-		} else {
-			for name, vals := range q {
-				if isSecretParam(name) {
-					for i := range vals {
-						vals[i] = redacted
-					}
-					changed = true
-				}
-			}
-			if changed {
-				u.RawQuery = q.Encode()
-			}
-		}
-	}
-	if !changed {
-		return rawURL // unchanged, byte for byte
-	}
-	return u.String()
-}
+func RedactURL(rawURL string) string { return redact.URL(rawURL) }
 
-func isSecretParam(name string) bool {
-	name = strings.ToLower(name)
-	for _, s := range secretParams {
-		if name == s {
-			return true
-		}
-	}
-	return false
-}
+// redacted replaces a secret in redactError's result.
+const redacted = redact.Mask
 
-// redactText masks a string that is not a hierarchical URL: everything
-// between the first ':' of the userinfo and the last '@', and the values of
-// secret key=value parameters. The userinfo starts after the scheme and any
-// slashes; a scheme is only skipped when "/" follows it or it is a known
-// connection scheme, because in "u:p:w@h" the "u:" is a user, not a scheme,
-// and skipping it would leave "p" of the password p:w visible.
-func redactText(s string) string {
-	head := schemePrefix(s)
-	rest := s[len(head):]
-	n := len(rest) - len(strings.TrimLeft(rest, "/"))
-	head, rest = s[:len(head)+n], rest[n:]
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
-			s = head + rest[:colon+1] + redacted + rest[at:]
-		}
-	}
-	return redactQueryText(s)
-}
-
-// knownSchemes are connection schemes whose "scheme:" prefix redactText
-// keeps even when no "/" follows (lowercase).
-var knownSchemes = []string{"redis", "rediss", "unix", "postgres", "postgresql", "amqp", "amqps",
-	"stomp", "stomp+ssl", "stomp+tls", "ssl", "tls", "tcp", "sqlite", "http", "https"}
-
-// schemePrefix returns "scheme:" if s starts with a syntactically valid
-// scheme that is followed by '/' or is one of knownSchemes, else "".
-func schemePrefix(s string) string {
-	i := strings.IndexByte(s, ':')
-	if i <= 0 {
-		return ""
-	}
-	scheme := s[:i]
-	for j := 0; j < len(scheme); j++ {
-		c := scheme[j]
-		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-		if !letter && (j == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
-			return ""
-		}
-	}
-	if strings.HasPrefix(s[i+1:], "/") {
-		return s[:i+1]
-	}
-	lower := strings.ToLower(scheme)
-	for _, k := range knownSchemes {
-		if lower == k {
-			return s[:i+1]
-		}
-	}
-	return ""
-}
-
-// redactQueryText masks the value of every secret name=value pair, whether
-// separated by '&', '?', ';' or spaces, including libpq's key/value form:
-// spaces around '=', a 'quoted value' and backslash escapes.
-func redactQueryText(s string) string {
-	var b strings.Builder
-	for len(s) > 0 {
-		i := strings.IndexByte(s, '=')
-		if i < 0 {
-			b.WriteString(s)
-			break
-		}
-		key := strings.TrimRight(s[:i], " \t")
-		name := key[strings.LastIndexAny(key, "?&; \t")+1:]
-		b.WriteString(s[:i+1])
-		s = s[i+1:]
-		if !isSecretParam(name) {
-			continue
-		}
-		v := strings.TrimLeft(s, " \t")
-		b.WriteString(s[:len(s)-len(v)])
-		b.WriteString(redacted)
-		s = v[valueEnd(v):]
-	}
-	return b.String()
-}
-
-// valueEnd returns the length of the value at the start of v: a 'quoted'
-// value up to its closing quote, else up to '&', ';', a space or a tab; a
-// backslash escapes the next byte either way (libpq's rules; where
-// backslashes are not escapes this only masks more).
-func valueEnd(v string) int {
-	quoted := strings.HasPrefix(v, "'")
-	j := 0
-	if quoted {
-		j = 1
-	}
-	for ; j < len(v); j++ {
-		switch c := v[j]; {
-		case c == '\\':
-			j++
-		case quoted && c == '\'':
-			return j + 1
-		case !quoted && (c == '&' || c == ';' || c == ' ' || c == '\t'):
-			return j
-		}
-	}
-	return len(v)
-}
+// isSecretParam reports whether a query parameter name holds a secret.
+func isSecretParam(name string) bool { return redact.IsSecretParam(name) }

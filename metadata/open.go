@@ -6,7 +6,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
@@ -53,12 +53,7 @@ func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
 // RedactURL returns rawURL with any password replaced by "xxxxx", for logs
 // and error messages: idempotency.RedactURL, plus the opaque form
 // "scheme:user:pass@host" (no "//"), which is reduced to its scheme.
-func RedactURL(rawURL string) string {
-	if u, err := url.Parse(rawURL); err == nil && u.Opaque != "" && strings.Contains(u.Opaque, "@") {
-		return u.Scheme + ":(redacted)"
-	}
-	return idempotency.RedactURL(rawURL)
-}
+func RedactURL(rawURL string) string { return redact.Strict(rawURL) }
 
 // cutParam removes the query parameter name from rawURL and returns its
 // value (def when absent) and the URL without it.

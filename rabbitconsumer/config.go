@@ -6,12 +6,12 @@ import (
 	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -198,7 +198,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	u, err := amqp.ParseURI(c.URL)
 	if err != nil {
-		return c, fmt.Errorf("%w: URL %s: cannot parse", ErrConfig, redactURL(c.URL))
+		return c, fmt.Errorf("%w: URL %s: cannot parse", ErrConfig, redact.Strict(c.URL))
 	}
 	if u.Scheme != "amqps" && (c.TLS != nil || c.CAFile != "" || c.CertFile != "" || c.KeyFile != "") {
 		return c, fmt.Errorf("%w: TLS options set for a %s:// URL; use amqps://", ErrConfig, u.Scheme)
@@ -307,26 +307,18 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 	return t, nil
 }
 
-// redactURL returns rawURL with its password replaced by "xxxxx".
-func redactURL(rawURL string) string {
-	if u, err := url.Parse(rawURL); err == nil && u.Opaque != "" && strings.Contains(u.Opaque, "@") {
-		return u.Scheme + ":(redacted)"
-	}
-	return idempotency.RedactURL(rawURL)
-}
-
 // String describes the configuration with every secret redacted: passwords
 // in URL and StoreURL never appear. %v, %+v, %#v and %s of a Config use it.
 func (c Config) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "rabbitconsumer.Config{URL:%s Queue:%q", redactURL(c.URL), c.Queue)
+	fmt.Fprintf(&b, "rabbitconsumer.Config{URL:%s Queue:%q", redact.Strict(c.URL), c.Queue)
 	if c.TLS != nil || c.CAFile != "" || c.CertFile != "" || c.ServerName != "" {
 		fmt.Fprintf(&b, " TLS:{custom:%t CAFile:%q CertFile:%q ServerName:%q}", c.TLS != nil, c.CAFile, c.CertFile, c.ServerName)
 	}
 	fmt.Fprintf(&b, " Prefetch:%d Concurrency:%d MaxAttempts:%d ConnectRetries:%d Heartbeat:%v FrameSize:%d MaxBodyBytes:%d",
 		c.Prefetch, c.Concurrency, c.MaxAttempts, c.ConnectRetries, c.Heartbeat, c.FrameSize, c.MaxBodyBytes)
 	fmt.Fprintf(&b, " Store:%t StoreURL:%s Namespace:%q KeyHeader:%q DeadLetter:{Exchange:%q RoutingKey:%q Queue:%q}}",
-		c.Store != nil, redactURL(c.StoreURL), c.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
+		c.Store != nil, redact.Strict(c.StoreURL), c.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
 	return b.String()
 }
 

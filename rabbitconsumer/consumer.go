@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -26,7 +27,7 @@ type Consumer struct {
 	tls     *tls.Config
 	metrics *receiver.Metrics
 	log     *slog.Logger
-	red     redactor
+	red     redact.Redactor
 	running atomic.Bool
 	gen     atomic.Uint64
 	rcv     atomic.Pointer[receiver.Receiver]
@@ -85,7 +86,7 @@ func New(cfg Config) (*Consumer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = slog.New(redactingHandler{h: log.Handler(), red: red}).With("queue", cfg.Queue)
+	log = slog.New(redact.NewHandler(log.Handler(), red)).With("queue", cfg.Queue)
 	m := cfg.Metrics
 	if cfg.Receiver != nil {
 		m = cfg.Receiver.Metrics()
@@ -172,7 +173,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.st.connectErrors.Add(1)
 			failures++
 			if !connected && c.cfg.ConnectRetries > 0 && failures >= c.cfg.ConnectRetries {
-				return fmt.Errorf("%w: %s after %d attempts: %w", ErrConnect, redactURL(c.cfg.URL), failures, err)
+				return fmt.Errorf("%w: %s after %d attempts: %w", ErrConnect, redact.Strict(c.cfg.URL), failures, err)
 			}
 			c.log.Warn("rabbitconsumer: connect failed", "attempt", failures, "err", err)
 			if !sleep(ctx, c.cfg.ReconnectBackoff.delay(failures-1)) {
@@ -355,7 +356,7 @@ func (c *Consumer) connect(ctx context.Context) (g *generation, err error) {
 func (c *Consumer) classify(err error) error {
 	var ae *amqp.Error
 	if errors.As(err, &ae) && (ae.Code == amqp.AccessRefused || ae.Code == amqp.NotAllowed) {
-		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrRejected, redactURL(c.cfg.URL), err))
+		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrRejected, redact.Strict(c.cfg.URL), err))
 	}
 	var (
 		unknownCA   x509.UnknownAuthorityError
@@ -367,7 +368,7 @@ func (c *Consumer) classify(err error) error {
 	)
 	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
 		errors.As(err, &verify) || errors.As(err, &recordHdr) || errors.As(err, &tlsAlertErr) {
-		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrTLS, redactURL(c.cfg.URL), err))
+		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrTLS, redact.Strict(c.cfg.URL), err))
 	}
 	return c.red.Error(err)
 }

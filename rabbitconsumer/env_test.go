@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/redact"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
@@ -49,7 +50,7 @@ func newBroker(t testing.TB) *broker {
 	u := serviceURL(t, "MSGAUDIT_AMQP_URL")
 	conn, err := amqp.Dial(u)
 	if err != nil {
-		t.Fatalf("dial %s: %v", redactURL(u), err)
+		t.Fatalf("dial %s: %v", redact.Strict(u), err)
 	}
 	ch, err := conn.Channel()
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/url"
 	"strings"
+
+	"github.com/acemq/msgaudit/internal/redact"
 )
 
 // Default ports of ActiveMQ's STOMP connectors.
@@ -46,17 +48,17 @@ func parseAddress(s string) (endpoint, error) {
 		u, err := url.Parse(s)
 		if err != nil {
 			// url.Parse errors quote the input, which may hold a password.
-			return e, fmt.Errorf("%w: address %q is not a URL", ErrConfig, redactURL(s))
+			return e, fmt.Errorf("%w: address %q is not a URL", ErrConfig, redact.Strict(s))
 		}
 		switch strings.ToLower(u.Scheme) {
 		case "tcp", "stomp":
 		case "ssl", "tls", "stomp+ssl", "stomp+tls", "stomps":
 			e.tls = true
 		default:
-			return e, fmt.Errorf("%w: address %q: unknown scheme %q (want tcp, stomp, ssl, stomp+ssl)", ErrConfig, redactURL(s), u.Scheme)
+			return e, fmt.Errorf("%w: address %q: unknown scheme %q (want tcp, stomp, ssl, stomp+ssl)", ErrConfig, redact.Strict(s), u.Scheme)
 		}
 		if u.Path != "" && u.Path != "/" {
-			return e, fmt.Errorf("%w: address %q: unexpected path", ErrConfig, redactURL(s))
+			return e, fmt.Errorf("%w: address %q: unexpected path", ErrConfig, redact.Strict(s))
 		}
 		if u.User != nil {
 			e.login = u.User.Username()
@@ -72,7 +74,7 @@ func parseAddress(s string) (endpoint, error) {
 		port = ""
 	}
 	if host == "" || strings.ContainsAny(host, "/@ ") {
-		return e, fmt.Errorf("%w: address %q: missing or invalid host", ErrConfig, redactURL(s))
+		return e, fmt.Errorf("%w: address %q: missing or invalid host", ErrConfig, redact.Strict(s))
 	}
 	if port == "" {
 		port = defaultPort
@@ -83,23 +85,4 @@ func parseAddress(s string) (endpoint, error) {
 	e.host = host
 	e.hostport = net.JoinHostPort(host, port)
 	return e, nil
-}
-
-// redactURL replaces the password of a URL-shaped address with "xxxxx". It
-// works on strings url.Parse rejects, too.
-func redactURL(s string) string {
-	i := strings.Index(s, "://")
-	if i < 0 {
-		return s
-	}
-	rest := s[i+3:]
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return s
-	}
-	user := rest[:at]
-	if c := strings.Index(user, ":"); c >= 0 {
-		user = user[:c] + ":xxxxx"
-	}
-	return s[:i+3] + user + rest[at:]
 }

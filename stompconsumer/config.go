@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/acemq/msgaudit/internal/redact"
 )
 
 // Defaults for the zero fields of Config.
@@ -90,7 +92,7 @@ func (c Config) String() string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(redactURL(a))
+		b.WriteString(redact.Strict(a))
 	}
 	b.WriteString("]")
 	fmt.Fprintf(&b, " Login:%q", c.Login)
@@ -125,48 +127,6 @@ func (c Config) Format(f fmt.State, verb rune) {
 		s = fmt.Sprintf("%q", s)
 	}
 	_, _ = f.Write([]byte(s))
-}
-
-// redactor removes secrets from text headed for a log line or an error.
-type redactor struct{ secrets []string }
-
-func newRedactor(secrets ...string) redactor {
-	var r redactor
-	for _, s := range secrets {
-		if s != "" {
-			r.secrets = append(r.secrets, s)
-		}
-	}
-	return r
-}
-
-func (r redactor) String(s string) string {
-	for _, p := range r.secrets {
-		s = strings.ReplaceAll(s, p, "xxxxx")
-	}
-	return s
-}
-
-// redactedError keeps the chain of err (errors.Is and As still work) but
-// prints its message with the secrets replaced.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-func (r redactor) Error(err error) error {
-	if err == nil || len(r.secrets) == 0 {
-		return err
-	}
-	msg := err.Error()
-	clean := r.String(msg)
-	if clean == msg {
-		return err
-	}
-	return &redactedError{msg: clean, err: err}
 }
 
 // nopLogger returns a logger that discards everything.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
 	"pgregory.net/rapid"
 )
@@ -83,8 +84,8 @@ func TestRedactURL(t *testing.T) {
 		{"tcp://u:sec@ret@h:1", "tcp://u:xxxxx@h:1"},
 	}
 	for _, tt := range tests {
-		if got := redactURL(tt.in); got != tt.want {
-			t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		if got := redact.Strict(tt.in); got != tt.want {
+			t.Errorf("redact.Strict(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }
@@ -124,8 +125,8 @@ func TestRedactingHandler(t *testing.T) {
 	t.Parallel()
 	const secret = "hunter2-long"
 	var buf bytes.Buffer
-	red := newRedactor(secret)
-	l := slog.New(redactingHandler{h: slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}), red: red})
+	red := redact.New(secret)
+	l := slog.New(redact.NewHandler(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}), red))
 	l = l.With("with", "w-"+secret)
 	l.Info("msg "+secret, "s", secret, "err", errors.New("e "+secret), "any", []string{secret},
 		slog.Group("g", "inner", secret), "n", 42)

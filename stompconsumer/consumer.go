@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
@@ -23,7 +24,7 @@ type Consumer struct {
 	rcv     *receiver.Receiver
 	metrics *receiver.Metrics
 	log     *slog.Logger
-	red     redactor
+	red     redact.Redactor
 	subs    []Subscription
 	running atomic.Bool
 	gen     atomic.Uint64
@@ -120,15 +121,15 @@ func New(cfg Config) (*Consumer, error) {
 	cfg.RetryBackoff = cfg.RetryBackoff.withDefaults(100*time.Millisecond, 5*time.Second, 0.2)
 	cfg.ReconnectBackoff = cfg.ReconnectBackoff.withDefaults(100*time.Millisecond, 10*time.Second, 0.5)
 
-	red := newRedactor(cfg.Passcode)
+	red := redact.New(cfg.Passcode).With(redact.URLSecrets(cfg.Addresses...)...)
 	for _, ep := range eps {
-		red = newRedactor(append(red.secrets, ep.passcode)...)
+		red = red.With(ep.passcode)
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = nopLogger()
 	}
-	log = slog.New(redactingHandler{h: log.Handler(), red: red})
+	log = slog.New(redact.NewHandler(log.Handler(), red))
 
 	subs := make([]Subscription, len(cfg.Subscriptions))
 	names := make(map[string]bool)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 )
@@ -28,7 +29,7 @@ type dialer struct {
 	maxHeader int
 	maxBody   int
 	log       *slog.Logger
-	red       redactor
+	red       redact.Redactor
 }
 
 // conn is one live STOMP connection.
@@ -162,7 +163,7 @@ func (c *limitedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 // logs routine events such as a closed subscription as INFO/ERROR).
 type stompLogger struct {
 	log *slog.Logger
-	red redactor
+	red redact.Redactor
 }
 
 func (l stompLogger) out(level slog.Level, msg string) {

@@ -1,0 +1,111 @@
+package redact
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestURL(t *testing.T) {
+	t.Parallel()
+	// The common forms (userinfo, password= and sslpassword=, bad ports
+	// and escapes, libpq quoting, opaque, host-less and scheme-less
+	// strings) are tabled by idempotency.TestRedactURL, which calls URL
+	// through its wrapper; these are the cases it does not cover.
+	tests := []struct{ in, want string }{
+		{"", ""},
+		{"postgres://h/db?token=s3cret", "postgres://h/db?token=xxxxx"},
+		// Any parameter whose name contains "pass" is a secret (stricter
+		// than a fixed list; rabbitconsumer's former rule).
+		{"amqp://h/v?passphrase=s3cret", "amqp://h/v?passphrase=xxxxx"},
+		{"amqp://h/v?Key_Pass=s3cret&x=1", "amqp://h/v?Key_Pass=xxxxx&x=1"},
+		{"host=h passfile=/p sslmode=disable", "host=h passfile=xxxxx sslmode=disable"},
+		// An unchanged URL comes back byte for byte, odd encoding and all.
+		{"amqp://h/v?b=1&a=%41", "amqp://h/v?b=1&a=%41"},
+		// A password holding '@' (url.Parse splits at the last '@').
+		{"tcp://u:sec@ret@h:1", "tcp://u:xxxxx@h:1"},
+		// A query url.ParseQuery rejects is masked textually.
+		{"postgres://h/db?password=s3%zzcret&x=1", "postgres://h/db?password=xxxxx&x=1"},
+		{"amqp://h/v?x=%zz&secret=s3cret", "amqp://h/v?x=%zz&secret=xxxxx"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			if got := URL(tt.in); got != tt.want {
+				t.Errorf("URL(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStrict(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"redis://user:s3cret@127.0.0.1:6379/0", "redis://user:xxxxx@127.0.0.1:6379/0"},
+		{"postgres://u@h/db?password=s3cret", "postgres://u@h/db?password=xxxxx"},
+		{"tcp://u:sec@ret@h:1", "tcp://u:xxxxx@h:1"},
+		{"tcp://h:1", "tcp://h:1"},
+		{"h:1", "h:1"},
+		{"memory", "memory"},
+		// An opaque part holding userinfo shows nothing but the scheme.
+		{"u:s3cret@h/x y", "u:(redacted)"},
+		{"redis:u:s3cret@h:6379", "redis:(redacted)"},
+		{"redis:h:6379", "redis:h:6379"},
+		// What url.Parse rejects falls back to URL's textual masking.
+		{"redis://u:s3cret@host:notaport", "redis://u:xxxxx@host:notaport"},
+	}
+	for _, tt := range tests {
+		if got := Strict(tt.in); got != tt.want {
+			t.Errorf("Strict(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestIsSecretParam(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]bool{
+		"password": true, "PASSWORD": true, "pass": true, "passwd": true, "sslpassword": true,
+		"secret": true, "token": true, "passphrase": true, "x_pass": true,
+		"sslmode": false, "user": false, "host": false, "tokens": false, "": false,
+	} {
+		if got := IsSecretParam(name); got != want {
+			t.Errorf("IsSecretParam(%q) = %t, want %t", name, got, want)
+		}
+	}
+}
+
+// FuzzURL checks that a password placed in the userinfo or in a password=
+// parameter never survives URL or Strict, whatever surrounds it.
+func FuzzURL(f *testing.F) {
+	f.Add("redis", "user", "host:6379", "/0")
+	f.Add("postgres", "postgres", "127.0.0.1:5432", "/test?sslmode=disable")
+	f.Add("rediss", "", "h:1", "")
+	f.Add("postgres", "u", "h:notaport", "/db")
+	f.Add("tcp", "admin", "h:61613", "")
+	f.Fuzz(func(t *testing.T, scheme, user, host, rest string) {
+		const pw = "Zq7SECRETpw9"
+		if strings.ContainsAny(user+host, "/") || strings.ContainsAny(user+host+rest, "@ \t&;?=#") || strings.Contains(scheme+user+host+rest, "SECRET") {
+			return // the secret's boundaries become ambiguous; covered by the tables
+		}
+		for _, in := range []string{
+			scheme + "://" + user + ":" + pw + "@" + host + rest,
+			scheme + "://" + host + rest + "?password=" + pw,
+			scheme + "://" + host + "/db?x=1&password=" + pw + "&y=2",
+			scheme + ":" + user + ":" + pw + "@" + host + rest,
+			"//" + user + ":" + pw + "@" + host + rest,
+			user + ":" + pw + "@" + host + rest,
+			scheme + ":/" + user + ":" + pw + "@" + host + rest,
+		} {
+			for name, fn := range map[string]func(string) string{"URL": URL, "Strict": Strict} {
+				if got := fn(in); strings.Contains(got, pw) {
+					t.Fatalf("%s(%q) = %q keeps the password", name, in, got)
+				}
+			}
+		}
+		if !strings.ContainsAny(user, `'\`) {
+			in := "host=" + host + " password='" + user + " " + pw + "' user=u"
+			if got := URL(in); strings.Contains(got, pw) {
+				t.Fatalf("URL(%q) = %q keeps the password", in, got)
+			}
+		}
+	})
+}
