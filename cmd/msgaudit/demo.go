@@ -21,6 +21,7 @@ import (
 	"github.com/acemq/msgaudit/brokermodel"
 	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/tcpproxy"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/acemq/msgaudit/stompconsumer"
 	"github.com/go-stomp/stomp/v3"
@@ -659,10 +660,10 @@ func (d *demoRun) runStomp(ctx context.Context, rep *demoReport, bar *progressba
 	addrs := strings.Split(d.cfg.stomp, ",")
 	rep.mode = "ActiveMQ over STOMP at " + d.cfg.stomp
 	// Consumers connect through a TCP proxy the demo can cut.
-	var proxies []*demoCutProxy
+	var proxies []*tcpproxy.Proxy
 	var consumerAddrs []string
 	for _, a := range addrs {
-		p, err := newDemoCutProxy(strings.TrimSpace(a))
+		p, err := tcpproxy.New(strings.TrimSpace(a), tcpproxy.Options{})
 		if err != nil {
 			return err
 		}
@@ -828,75 +829,6 @@ func (d *demoRun) produceStomp(ctx context.Context, addr string, p int) error {
 		}
 	}
 	return nil
-}
-
-// demoCutProxy forwards TCP connections to a broker and can cut them all.
-type demoCutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-func newDemoCutProxy(target string) (*demoCutProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &demoCutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
-	return p, nil
-}
-
-func (p *demoCutProxy) Addr() string { return p.ln.Addr().String() }
-
-func (p *demoCutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		u, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
-			dst.Close()
-			src.Close()
-			p.mu.Lock()
-			delete(p.conns, dst)
-			delete(p.conns, src)
-			p.mu.Unlock()
-		}
-		go pipe(u, c)
-		go pipe(c, u)
-	}
-}
-
-// Cut closes every proxied connection and returns how many client
-// connections it cut.
-func (p *demoCutProxy) Cut() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := len(p.conns) / 2
-	for c := range p.conns {
-		c.Close()
-	}
-	return n
-}
-
-func (p *demoCutProxy) Close() {
-	p.ln.Close()
-	p.Cut()
-	p.wg.Wait()
 }
 
 // ---- the ledger ----
