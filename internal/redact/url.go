@@ -88,15 +88,21 @@ func IsSecretParam(name string) bool {
 // secret key=value parameters. The userinfo starts after the scheme and any
 // slashes; a scheme is only skipped when "/" follows it or it is a known
 // connection scheme, because in "u:p:w@h" the "u:" is a user, not a scheme,
-// and skipping it would leave "p" of the password p:w visible.
+// and skipping it would leave "p" of the password p:w visible. For the
+// same reason, when a known scheme without "/" is followed by userinfo
+// without ':' ("postgres:pw@h"), that userinfo is masked: the "scheme" may
+// be the user and the rest its password.
 func redactText(s string) string {
 	head := schemePrefix(s)
 	rest := s[len(head):]
 	n := len(rest) - len(strings.TrimLeft(rest, "/"))
+	opaque := head != "" && n == 0
 	head, rest = s[:len(head)+n], rest[n:]
 	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
 		if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
 			s = head + rest[:colon+1] + Mask + rest[at:]
+		} else if opaque && at > 0 {
+			s = head + Mask + rest[at:]
 		}
 	}
 	return redactQueryText(s)

@@ -26,6 +26,11 @@ func TestURL(t *testing.T) {
 		// A query url.ParseQuery rejects is masked textually.
 		{"postgres://h/db?password=s3%zzcret&x=1", "postgres://h/db?password=xxxxx&x=1"},
 		{"amqp://h/v?x=%zz&secret=s3cret", "amqp://h/v?x=%zz&secret=xxxxx"},
+		// A known scheme then userinfo without ':': the "scheme" may be
+		// the user of the password that follows.
+		{"postgres:s3cret@h", "postgres:xxxxx@h"},
+		{"redis:s3cret@h:6379/0?x=1", "redis:xxxxx@h:6379/0?x=1"},
+		{"redis:@h", "redis:@h"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
