@@ -3,15 +3,14 @@ package rabbitconsumer
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/tlsconf"
 	"github.com/acemq/msgaudit/receiver"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -271,38 +270,9 @@ func (c Config) withDefaults() (Config, error) {
 // tlsConfig builds the client TLS configuration for an amqps:// URL from
 // Config.TLS and the file fields (nil: amqp091's default from the URL).
 func (c *Config) tlsConfig() (*tls.Config, error) {
-	if c.TLS == nil && c.CAFile == "" && c.CertFile == "" && c.KeyFile == "" && c.ServerName == "" {
-		return nil, nil
-	}
-	var t *tls.Config
-	if c.TLS != nil {
-		t = c.TLS.Clone()
-	} else {
-		t = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: CAFile: %w", ErrConfig, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: CAFile %s: no PEM certificate found", ErrConfig, c.CAFile)
-		}
-		t.RootCAs = pool
-	}
-	if c.CertFile != "" || c.KeyFile != "" {
-		if c.CertFile == "" || c.KeyFile == "" {
-			return nil, fmt.Errorf("%w: CertFile and KeyFile must be set together", ErrConfig)
-		}
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: client certificate: %w", ErrConfig, err)
-		}
-		t.Certificates = append(t.Certificates, cert)
-	}
-	if c.ServerName != "" {
-		t.ServerName = c.ServerName
+	t, err := tlsconf.Build(c.TLS, tlsconf.Files{CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile, ServerName: c.ServerName})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return t, nil
 }

@@ -2,14 +2,13 @@ package stompconsumer
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/tlsconf"
 )
 
 // Defaults for the zero fields of Config.
@@ -46,38 +45,9 @@ const (
 // tlsConfig builds the client TLS configuration from Config.TLS or the
 // file fields. It returns nil when nothing about TLS is configured.
 func (c *Config) tlsConfig() (*tls.Config, error) {
-	if c.TLS == nil && c.CAFile == "" && c.CertFile == "" && c.KeyFile == "" && c.ServerName == "" {
-		return nil, nil
-	}
-	var t *tls.Config
-	if c.TLS != nil {
-		t = c.TLS.Clone()
-	} else {
-		t = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: CAFile: %w", ErrConfig, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: CAFile %s: no PEM certificate found", ErrConfig, c.CAFile)
-		}
-		t.RootCAs = pool
-	}
-	if c.CertFile != "" || c.KeyFile != "" {
-		if c.CertFile == "" || c.KeyFile == "" {
-			return nil, fmt.Errorf("%w: CertFile and KeyFile must be set together", ErrConfig)
-		}
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: client certificate: %w", ErrConfig, err)
-		}
-		t.Certificates = append(t.Certificates, cert)
-	}
-	if c.ServerName != "" {
-		t.ServerName = c.ServerName
+	t, err := tlsconf.Build(c.TLS, tlsconf.Files{CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile, ServerName: c.ServerName})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return t, nil
 }

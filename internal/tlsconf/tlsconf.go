@@ -1,0 +1,58 @@
+// Package tlsconf builds a *tls.Config from the TLS options every
+// connection of msgaudit takes: a base config, a CA file, a client
+// certificate and key, and a server name.
+package tlsconf
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// Files are the file-based TLS options.
+type Files struct {
+	CAFile, CertFile, KeyFile, ServerName string
+}
+
+// Build returns nil (plain TCP) when neither base nor any field of f is set.
+// Otherwise it returns a clone of base (or a TLS 1.2+ config) with the CA
+// file's certificates as RootCAs, the client certificate appended and the
+// server name set. Errors name the option at fault.
+func Build(base *tls.Config, f Files) (*tls.Config, error) {
+	if base == nil && f == (Files{}) {
+		return nil, nil
+	}
+	var t *tls.Config
+	if base != nil {
+		t = base.Clone()
+	} else {
+		t = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if f.CAFile != "" {
+		pem, err := os.ReadFile(f.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("CAFile: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CAFile %s: no PEM certificate found", f.CAFile)
+		}
+		t.RootCAs = pool
+	}
+	if f.CertFile != "" || f.KeyFile != "" {
+		if f.CertFile == "" || f.KeyFile == "" {
+			return nil, errors.New("CertFile and KeyFile must be set together")
+		}
+		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		t.Certificates = append(t.Certificates, cert)
+	}
+	if f.ServerName != "" {
+		t.ServerName = f.ServerName
+	}
+	return t, nil
+}
