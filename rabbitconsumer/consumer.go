@@ -3,7 +3,6 @@ package rabbitconsumer
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/tlsconf"
 	"github.com/acemq/msgaudit/receiver"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -358,16 +358,7 @@ func (c *Consumer) classify(err error) error {
 	if errors.As(err, &ae) && (ae.Code == amqp.AccessRefused || ae.Code == amqp.NotAllowed) {
 		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrRejected, redact.Strict(c.cfg.URL), err))
 	}
-	var (
-		unknownCA   x509.UnknownAuthorityError
-		hostname    x509.HostnameError
-		invalid     x509.CertificateInvalidError
-		verify      *tls.CertificateVerificationError
-		recordHdr   tls.RecordHeaderError
-		tlsAlertErr tls.AlertError
-	)
-	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
-		errors.As(err, &verify) || errors.As(err, &recordHdr) || errors.As(err, &tlsAlertErr) {
+	if tlsconf.Permanent(err) {
 		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrTLS, redact.Strict(c.cfg.URL), err))
 	}
 	return c.red.Error(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/tlsconf"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 )
@@ -69,7 +70,7 @@ func (d *dialer) dial(ctx context.Context, ep endpoint) (*conn, error) {
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
-			if !permanentTLS(err) || ctx.Err() != nil {
+			if !tlsconf.Permanent(err) || ctx.Err() != nil {
 				// A cancelled Run or a connection dropped mid-handshake
 				// is not a certificate problem: it is retried (or ends
 				// Run quietly), like any other failed dial.
@@ -183,15 +184,3 @@ func (l stompLogger) Debug(m string)              { l.out(slog.LevelDebug, m) }
 func (l stompLogger) Info(m string)               { l.out(slog.LevelDebug, m) }
 func (l stompLogger) Warning(m string)            { l.out(slog.LevelDebug, m) }
 func (l stompLogger) Error(m string)              { l.out(slog.LevelDebug, m) }
-
-// permanentTLS reports whether a handshake error is one that retrying
-// cannot fix: a certificate that fails verification on either side.
-func permanentTLS(err error) bool {
-	var verify *tls.CertificateVerificationError
-	var alert tls.AlertError
-	var unknown x509.UnknownAuthorityError
-	var host x509.HostnameError
-	var invalid x509.CertificateInvalidError
-	return errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &unknown) ||
-		errors.As(err, &host) || errors.As(err, &invalid)
-}

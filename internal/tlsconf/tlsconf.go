@@ -56,3 +56,20 @@ func Build(base *tls.Config, f Files) (*tls.Config, error) {
 	}
 	return t, nil
 }
+
+// Permanent reports whether a TLS handshake error is one that retrying
+// cannot fix: a certificate that fails verification on either side (an
+// alert from the peer included), or a peer that does not speak TLS at all.
+// A dropped connection or a cancelled context is not permanent.
+func Permanent(err error) bool {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		recordHdr tls.RecordHeaderError
+		alert     tls.AlertError
+	)
+	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
+		errors.As(err, &verify) || errors.As(err, &recordHdr) || errors.As(err, &alert)
+}

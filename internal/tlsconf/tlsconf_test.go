@@ -1,6 +1,7 @@
 package tlsconf_test
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -8,6 +9,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -110,5 +113,25 @@ func TestBuild(t *testing.T) {
 				tc.check(t, c)
 			}
 		})
+	}
+}
+
+func TestPermanent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"unknown authority", &tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}, true},
+		{"hostname", fmt.Errorf("dial: %w", x509.HostnameError{Host: "mq"}), true},
+		{"alert from the peer", tls.AlertError(42), true},
+		{"not TLS", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, true},
+		{"connection dropped", io.EOF, false},
+		{"cancelled", context.Canceled, false},
+		{"timeout", fmt.Errorf("handshake: %w", os.ErrDeadlineExceeded), false},
+	} {
+		if got := tlsconf.Permanent(tc.err); got != tc.want {
+			t.Errorf("%s: Permanent(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
 	}
 }
