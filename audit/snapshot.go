@@ -3,9 +3,9 @@ package audit
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/acemq/msgaudit/bitsetbin"
+	"github.com/acemq/msgaudit/internal/snapframe"
 )
 
 // Snapshot format, version 1 (all integers unsigned; uvarint = encoding/binary
@@ -32,11 +32,8 @@ const (
 	minRecord = 1 + 1 + 3
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 func appendHeader(dst []byte, depth, maxProducers, count int) []byte {
-	dst = append(dst, snapMagic...)
-	dst = append(dst, snapVersion)
+	dst = snapframe.Begin(dst, snapMagic, snapVersion)
 	dst = binary.AppendUvarint(dst, uint64(depth))
 	dst = binary.AppendUvarint(dst, uint64(maxProducers))
 	return binary.AppendUvarint(dst, uint64(count))
@@ -64,9 +61,7 @@ func appendProducer(dst []byte, key string, e *entry) ([]byte, error) {
 	return dst, nil
 }
 
-func appendCRC(dst []byte) []byte {
-	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst, castagnoli))
-}
+func appendCRC(dst []byte) []byte { return snapframe.Seal(dst, 0) }
 
 // MarshalBinary encodes the audit's configuration (depth, cap) and every
 // producer with its window, least recently used first, in the versioned
@@ -105,90 +100,45 @@ func (a *Audit) swap(fresh *Audit) {
 	a.publishOldest()
 }
 
-// reader is a bounds-checked cursor over a snapshot.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
-	}
-}
-
-func (r *reader) uvarint(what string) uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad %s", what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) bytes(n uint64, what string) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(len(r.b)) {
-		r.fail("%s of %d bytes, only %d left", what, n, len(r.b))
-		return nil
-	}
-	p := r.b[:n]
-	r.b = r.b[n:]
-	return p
-}
+// reader is a snapshot body cursor with the package's own decoders.
+type reader struct{ *snapframe.Reader }
 
 // window decodes one window from the front of the remaining bytes into e.
 func (r *reader) window(e *entry) {
-	if r.err != nil {
+	if r.Err != nil {
 		return
 	}
-	n, err := e.bin.DecodeFrom(r.b)
+	n, err := e.bin.DecodeFrom(r.B)
 	if err != nil {
-		r.err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		r.Wrap(err)
 		return
 	}
-	r.b = r.b[n:]
+	r.B = r.B[n:]
 }
 
 // decode parses a snapshot into a new audit with base's MaxIDLength and
 // OnEvict, and the snapshot's depth and cap. b is the budget of the new
 // audit (nil for a standalone one).
 func decode(data []byte, base config, b *budget) (*Audit, error) {
-	const minLen = len(snapMagic) + 1 + 3 + 4
-	if len(data) < minLen {
-		return nil, fmt.Errorf("%w: %d bytes, shorter than a header", ErrCorrupt, len(data))
+	fr, err := snapframe.Open(data, snapMagic, snapVersion, len(snapMagic)+1+3+4, ErrCorrupt)
+	if err != nil {
+		return nil, err
 	}
-	if string(data[:len(snapMagic)]) != snapMagic {
-		return nil, fmt.Errorf("%w: bad magic", ErrCorrupt)
-	}
-	if v := data[len(snapMagic)]; v != snapVersion {
-		return nil, fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
-	}
-	body := data[:len(data)-4]
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[len(body):]) {
-		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
-	}
-	r := reader{b: body[len(snapMagic)+1:]}
-	depth := r.uvarint("depth")
-	maxProducers := r.uvarint("producer cap")
-	count := r.uvarint("producer count")
+	r := reader{fr}
+	depth := r.Uvarint("depth")
+	maxProducers := r.Uvarint("producer cap")
+	count := r.Uvarint("producer count")
 	switch {
-	case r.err != nil:
-		return nil, r.err
+	case r.Err != nil:
+		return nil, r.Err
 	case depth < 1 || depth > bitsetbin.MaxDepth:
 		return nil, fmt.Errorf("%w: depth %d out of range", ErrCorrupt, depth)
 	case maxProducers < 1 || maxProducers > MaxProducersLimit:
 		return nil, fmt.Errorf("%w: producer cap %d out of range", ErrCorrupt, maxProducers)
 	case count > maxProducers:
 		return nil, fmt.Errorf("%w: %d producers above the cap %d", ErrCorrupt, count, maxProducers)
-	case count > uint64(len(r.b)/minRecord):
-		return nil, fmt.Errorf("%w: %d producers in %d bytes", ErrCorrupt, count, len(r.b))
+	case count > uint64(len(r.B)/minRecord):
+		return nil, fmt.Errorf("%w: %d producers in %d bytes", ErrCorrupt, count, len(r.B))
 	}
 	cfg := base
 	cfg.depth = int(depth)
@@ -196,29 +146,29 @@ func decode(data []byte, base config, b *budget) (*Audit, error) {
 	a := newAudit(cfg, b)
 	want := newEntry(cfg.depth).bin.Depth() // guaranteed depth of every window
 	for i := uint64(0); i < count; i++ {
-		keyLen := r.uvarint("key length")
-		if r.err == nil && (keyLen == 0 || keyLen > uint64(cfg.maxIDLength)) {
-			r.fail("producer %d: key length %d out of range", i, keyLen)
+		keyLen := r.Uvarint("key length")
+		if r.Err == nil && (keyLen == 0 || keyLen > uint64(cfg.maxIDLength)) {
+			r.Fail("producer %d: key length %d out of range", i, keyLen)
 		}
-		key := r.bytes(keyLen, "key")
-		if r.err != nil {
-			return nil, r.err
+		key := r.Bytes(keyLen, "key")
+		if r.Err != nil {
+			return nil, r.Err
 		}
 		if a.lru.Contains(string(key)) { // no allocation for the lookup
 			return nil, fmt.Errorf("%w: producer %q twice", ErrCorrupt, truncKey(string(key)))
 		}
 		e := new(entry)
 		r.window(e)
-		if r.err != nil {
-			return nil, r.err
+		if r.Err != nil {
+			return nil, r.Err
 		}
 		if e.bin.Depth() != want {
 			return nil, fmt.Errorf("%w: producer %q: window depth %d, snapshot depth %d", ErrCorrupt, truncKey(string(key)), e.bin.Depth(), want)
 		}
 		a.lru.Add(string(key), e)
 	}
-	if len(r.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
+	if len(r.B) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.B))
 	}
 	return a, nil
 }

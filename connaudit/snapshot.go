@@ -4,8 +4,9 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"slices"
+
+	"github.com/acemq/msgaudit/internal/snapframe"
 )
 
 // Snapshot format, version 1 (uvarint = encoding/binary Uvarint):
@@ -35,8 +36,6 @@ const (
 	// (magic, version, three one-byte varints, checksum).
 	minAuditSnapshot = 4 + 1 + 3 + 4
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type entry[K any] struct {
 	key  K
@@ -90,8 +89,7 @@ func (a *Audit) MarshalBinary() ([]byte, error) {
 	a.mu.Lock()
 	cfg := a.cfg
 	a.mu.Unlock()
-	dst := []byte(snapMagic)
-	dst = append(dst, snapVersion)
+	dst := snapframe.Begin(nil, snapMagic, snapVersion)
 	for _, v := range []int{cfg.depth, cfg.maxProducers, cfg.maxIDLength, cfg.maxDestinations, cfg.maxConsumers, cfg.shards} {
 		dst = binary.AppendUvarint(dst, uint64(v))
 	}
@@ -115,77 +113,42 @@ func (a *Audit) MarshalBinary() ([]byte, error) {
 			return nil, err
 		}
 	}
-	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst, castagnoli)), nil
+	return snapframe.Seal(dst, 0), nil
 }
 
-// reader is a bounds-checked cursor over a snapshot.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
-	}
-}
-
-func (r *reader) uvarint(what string) uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad %s", what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) byte(what string) byte {
-	if r.err != nil {
-		return 0
-	}
-	if len(r.b) == 0 {
-		r.fail("missing %s", what)
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
+// reader is a snapshot body cursor with the package's own decoders.
+type reader struct{ *snapframe.Reader }
 
 func (r *reader) bytes(what string, minLen int, maxLen uint64) []byte {
-	n := r.uvarint(what + " length")
-	if r.err != nil {
+	n := r.Uvarint(what + " length")
+	if r.Err != nil {
 		return nil
 	}
-	if n < uint64(minLen) || n > maxLen || n > uint64(len(r.b)) {
-		r.fail("%s of %d bytes (%d left)", what, n, len(r.b))
+	if n < uint64(minLen) || n > maxLen || n > uint64(len(r.B)) {
+		r.Fail("%s of %d bytes (%d left)", what, n, len(r.B))
 		return nil
 	}
-	p := r.b[:n]
-	r.b = r.b[n:]
+	p := r.B[:n]
+	r.B = r.B[n:]
 	return p
 }
 
 func (r *reader) kind(queue bool) Kind {
-	k := Kind(r.byte("kind"))
-	if r.err == nil && (!k.Valid() || (Destination{Kind: k}).IsQueue() != queue) {
-		r.fail("kind %d in the %s table", k, map[bool]string{true: "queue", false: "topic"}[queue])
+	k := Kind(r.Byte("kind"))
+	if r.Err == nil && (!k.Valid() || (Destination{Kind: k}).IsQueue() != queue) {
+		r.Fail("kind %d in the %s table", k, map[bool]string{true: "queue", false: "topic"}[queue])
 	}
 	return k
 }
 
 func (r *reader) audit(cfg settings) auditor {
-	b := r.bytes("audit", minAuditSnapshot, uint64(len(r.b)))
-	if r.err != nil {
+	b := r.bytes("audit", minAuditSnapshot, uint64(len(r.B)))
+	if r.Err != nil {
 		return nil
 	}
 	au := newAuditor(cfg)
 	if err := au.UnmarshalBinary(b); err != nil {
-		r.err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		r.Err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 		return nil
 	}
 	return au
@@ -197,30 +160,20 @@ func (r *reader) audit(cfg settings) auditor {
 // (wrapping ErrCorrupt) the connection audit is left unchanged. The enabled
 // switch is kept; the counters of the replaced audits are kept in Stats.
 func (a *Audit) UnmarshalBinary(data []byte) error {
-	const minLen = len(snapMagic) + 1 + 6 + 2 + 4
-	if len(data) < minLen {
-		return fmt.Errorf("%w: %d bytes, shorter than a header", ErrCorrupt, len(data))
+	fr, err := snapframe.Open(data, snapMagic, snapVersion, len(snapMagic)+1+6+2+4, ErrCorrupt)
+	if err != nil {
+		return err
 	}
-	if string(data[:len(snapMagic)]) != snapMagic {
-		return fmt.Errorf("%w: bad magic", ErrCorrupt)
-	}
-	if v := data[len(snapMagic)]; v != snapVersion {
-		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
-	}
-	body := data[:len(data)-4]
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[len(body):]) {
-		return fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
-	}
-	r := reader{b: body[len(snapMagic)+1:]}
+	r := reader{fr}
 	var vals [6]uint64
 	for i := range vals {
-		vals[i] = r.uvarint("setting")
+		vals[i] = r.Uvarint("setting")
 		if vals[i] > 1<<31-1 { // keeps the int conversions safe; settings() checks the ranges
-			r.fail("setting %d out of range", vals[i])
+			r.Fail("setting %d out of range", vals[i])
 		}
 	}
-	if r.err != nil {
-		return r.err
+	if r.Err != nil {
+		return r.Err
 	}
 	o := Options{Depth: int(vals[0]), MaxProducers: int(vals[1]), MaxIDLength: int(vals[2]),
 		MaxDestinations: int(vals[3]), MaxConsumers: int(vals[4]), Shards: int(vals[5])}
@@ -233,20 +186,20 @@ func (a *Audit) UnmarshalBinary(data []byte) error {
 	qm, tm := *queues.m.Load(), *topics.m.Load()
 	var epoch uint64
 
-	n := r.uvarint("queue count")
-	if r.err == nil && (n > uint64(cfg.maxDestinations) || n > uint64(len(r.b)/minQueueRecord)) {
-		r.fail("%d queue audits in %d bytes (cap %d)", n, len(r.b), cfg.maxDestinations)
+	n := r.Uvarint("queue count")
+	if r.Err == nil && (n > uint64(cfg.maxDestinations) || n > uint64(len(r.B)/minQueueRecord)) {
+		r.Fail("%d queue audits in %d bytes (cap %d)", n, len(r.B), cfg.maxDestinations)
 	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
+	for i := uint64(0); i < n && r.Err == nil; i++ {
 		k := r.kind(true)
 		name := r.bytes("queue name", 1, maxNameLen)
 		au := r.audit(cfg)
-		if r.err != nil {
+		if r.Err != nil {
 			break
 		}
 		d := Destination{Kind: k, Name: string(name)}
 		if _, dup := qm[d]; dup {
-			r.fail("queue %q twice", trunc(d.Name))
+			r.Fail("queue %q twice", trunc(d.Name))
 			break
 		}
 		epoch += 2
@@ -254,21 +207,21 @@ func (a *Audit) UnmarshalBinary(data []byte) error {
 		s.used.Store(epoch)
 		qm[d] = s
 	}
-	n = r.uvarint("topic count")
-	if r.err == nil && (n > uint64(cfg.maxConsumers) || n > uint64(len(r.b)/(minQueueRecord+1))) {
-		r.fail("%d topic audits in %d bytes (cap %d)", n, len(r.b), cfg.maxConsumers)
+	n = r.Uvarint("topic count")
+	if r.Err == nil && (n > uint64(cfg.maxConsumers) || n > uint64(len(r.B)/(minQueueRecord+1))) {
+		r.Fail("%d topic audits in %d bytes (cap %d)", n, len(r.B), cfg.maxConsumers)
 	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
+	for i := uint64(0); i < n && r.Err == nil; i++ {
 		consumer := r.bytes("consumer", 0, maxNameLen)
 		k := r.kind(false)
 		name := r.bytes("topic name", 1, maxNameLen)
 		au := r.audit(cfg)
-		if r.err != nil {
+		if r.Err != nil {
 			break
 		}
 		key := topicKey{consumer: string(consumer), dest: Destination{Kind: k, Name: string(name)}}
 		if _, dup := tm[key]; dup {
-			r.fail("topic %q of consumer %q twice", trunc(key.dest.Name), trunc(key.consumer))
+			r.Fail("topic %q of consumer %q twice", trunc(key.dest.Name), trunc(key.consumer))
 			break
 		}
 		epoch += 2
@@ -276,11 +229,11 @@ func (a *Audit) UnmarshalBinary(data []byte) error {
 		s.used.Store(epoch)
 		tm[key] = s
 	}
-	if r.err != nil {
-		return r.err
+	if r.Err != nil {
+		return r.Err
 	}
-	if len(r.b) != 0 {
-		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.b))
+	if len(r.B) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(r.B))
 	}
 
 	a.lockTables()
