@@ -17,20 +17,14 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/storetest"
+	"github.com/acemq/msgaudit/internal/testenv"
 )
 
 // postgresTestURL returns MSGAUDIT_POSTGRES_URL, skipping the test when it is
 // unset (failing it in CI).
 func postgresTestURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("MSGAUDIT_POSTGRES_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("MSGAUDIT_POSTGRES_URL is unset and CI=true: the PostgreSQL store tests need a server")
-		}
-		t.Skip("MSGAUDIT_POSTGRES_URL is unset: skipping PostgreSQL store tests (eval \"$(../shared/ci/services-up postgres)\" to run them)")
-	}
-	return u
+	return testenv.Getenv(t, "MSGAUDIT_POSTGRES_URL", "the PostgreSQL store tests need a server")
 }
 
 // pgCounter is a pgx tracer that counts queries (each Query, QueryRow or Exec

@@ -32,20 +32,14 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/storetest"
+	"github.com/acemq/msgaudit/internal/testenv"
 )
 
 // redisTestURL returns MSGAUDIT_REDIS_URL, skipping the test when it is unset
 // (failing it in CI).
 func redisTestURL(t testing.TB) string {
 	t.Helper()
-	u := os.Getenv("MSGAUDIT_REDIS_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("MSGAUDIT_REDIS_URL is unset and CI=true: the Redis store tests need a server")
-		}
-		t.Skip("MSGAUDIT_REDIS_URL is unset: skipping Redis store tests (eval \"$(../shared/ci/services-up redis)\" to run them)")
-	}
-	return u
+	return testenv.Getenv(t, "MSGAUDIT_REDIS_URL", "the Redis store tests need a server")
 }
 
 // remoteTestHex returns n random bytes as hex, for test prefixes and names.
@@ -473,12 +467,8 @@ func TestRedisCancelled(t *testing.T) {
 func redisServerBinary(t testing.TB) string {
 	t.Helper()
 	p, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server not found and CI=true: the password test starts its own server")
-		}
-		t.Skip("redis-server not found: skipping the password test")
-	}
+	testenv.Require(t, err == nil, "redis-server not found (the password and TLS tests start their own)",
+		"apt-get install redis-server")
 	return p
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/acemq/msgaudit/internal/testenv"
 	"github.com/acemq/msgaudit/metadata"
 	"github.com/acemq/msgaudit/metadata/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,14 +23,7 @@ import (
 // test when it is unset, except under CI=true where a missing service fails.
 func serviceURL(t testing.TB, name string) string {
 	t.Helper()
-	u := os.Getenv(name)
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set (CI=true: the service is required)", name)
-		}
-		t.Skipf("%s not set; run eval \"$(../shared/ci/services-up)\" to test against the real service", name)
-	}
-	return u
+	return testenv.Getenv(t, name, "the real service")
 }
 
 func randomName(t testing.TB) string {
@@ -256,13 +250,13 @@ func TestOpen(t *testing.T) {
 		{"redis-bad-option", "redis://:pw@127.0.0.1:6379/0?bogus=1", metadata.ErrUnsupportedURL},
 		{"postgres-bad-table", "postgres://postgres@127.0.0.1:1/test?msgaudit_table=a-b", metadata.ErrInvalidName},
 	}
-	if u := os.Getenv("MSGAUDIT_REDIS_URL"); u != "" || os.Getenv("CI") == "true" {
+	if u := os.Getenv("MSGAUDIT_REDIS_URL"); u != "" || testenv.InCI() {
 		u = serviceURL(t, "MSGAUDIT_REDIS_URL")
 		prefix := randomName(t) + ":"
 		t.Cleanup(func() { deletePrefix(t, redisClient(t), prefix) })
 		cases = append(cases, tc{"redis", u + sep(u) + "msgaudit_prefix=" + prefix, nil})
 	}
-	if u := os.Getenv("MSGAUDIT_POSTGRES_URL"); u != "" || os.Getenv("CI") == "true" {
+	if u := os.Getenv("MSGAUDIT_POSTGRES_URL"); u != "" || testenv.InCI() {
 		u = serviceURL(t, "MSGAUDIT_POSTGRES_URL")
 		table := randomName(t)
 		t.Cleanup(func() {

@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/testenv"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
@@ -18,14 +18,7 @@ import (
 // test when it is unset, except under CI=true where a missing service fails.
 func serviceURL(t testing.TB, name string) string {
 	t.Helper()
-	u := os.Getenv(name)
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set (CI=true: the service is required)", name)
-		}
-		t.Skipf("%s not set; run eval \"$(../shared/ci/services-up)\" to test against the real service", name)
-	}
-	return u
+	return testenv.Getenv(t, name, "the real service")
 }
 
 func randomName(t testing.TB, prefix string) string {

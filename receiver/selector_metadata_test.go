@@ -6,7 +6,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/testenv"
 	"github.com/acemq/msgaudit/metadata"
 	"github.com/acemq/msgaudit/receiver"
 )
@@ -687,13 +687,7 @@ func mdRandom(t testing.TB) string {
 // skip, except under CI=true where a missing service fails.
 func mdServiceStore(t *testing.T, env, param, name string) metadata.Store {
 	t.Helper()
-	u := os.Getenv(env)
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set (CI=true: the service is required)", env)
-		}
-		t.Skipf("%s not set; run eval \"$(../shared/ci/services-up)\" to test against the real service", env)
-	}
+	u := testenv.Getenv(t, env, "the real service")
 	sep := "?"
 	if strings.Contains(u, "?") {
 		sep = "&"

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/testenv"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 )
@@ -18,14 +19,7 @@ import (
 // unset, except under CI=true where a missing service is a failure.
 func envOrSkip(t testing.TB, name, what string) string {
 	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is unset: %s is required in CI", name, what)
-		}
-		t.Skipf("%s is unset: skipping the %s test (eval \"$(../shared/ci/services-up activemq)\")", name, what)
-	}
-	return v
+	return testenv.Getenv(t, name, what)
 }
 
 func stompAddr(t testing.TB) string {

@@ -3,11 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/acemq/msgaudit/internal/testenv"
 )
 
 // demoRow returns the value of a row of the demo's table.
@@ -120,13 +121,7 @@ func TestDemoExitCode(t *testing.T) {
 
 // TestDemoStomp runs the demo against real ActiveMQ (MSGAUDIT_STOMP_ADDR).
 func TestDemoStomp(t *testing.T) {
-	addr := os.Getenv("MSGAUDIT_STOMP_ADDR")
-	if addr == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("MSGAUDIT_STOMP_ADDR is not set (CI needs ActiveMQ: eval \"$(../shared/ci/services-up)\")")
-		}
-		t.Skip("MSGAUDIT_STOMP_ADDR not set: start ActiveMQ (../shared/brokers/activemq start) and export it")
-	}
+	addr := testenv.Getenv(t, "MSGAUDIT_STOMP_ADDR", "real ActiveMQ")
 	code, out, errOut := runDemoTest(t, "-stomp", addr, "-n", "1000", "-progress=false", "-cuts", "2", "-store", "memory")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
