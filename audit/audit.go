@@ -9,32 +9,42 @@ import (
 
 	"github.com/acemq/msgaudit/bitsetbin"
 	"github.com/acemq/msgaudit/msgid"
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
-// entry is one tracked producer: its window and the audit's check counter
-// at its last check (for telling recent evictions from stale ones).
+// entry is one tracked producer: its links in the audit's LRU list, its
+// key, its window and the audit's check counter at its last check (for
+// telling recent evictions from stale ones).
 type entry struct {
-	entryBody
-	// Pad to a multiple of 128 bytes: the allocator then places entries on
-	// cache-line boundaries, so goroutines checking different producers
-	// never write to the same line.
-	_ [(128 - unsafe.Sizeof(entryBody{})%128) % 128]byte
+	prev, next *entry // towards the most / least recently used (lru.go)
+	bin        bitsetbin.Bin
+	key        string
+	touched    uint64
+	// order is, in a lazy list, the tick of the last lookup (lru.go); in
+	// a shard of a Sharded audit, the epoch that orders producers across
+	// shards: 2k when inserted as the k-th insert, 2k+1 when last checked
+	// after the k-th insert (see budget.clock).
+	order uint64
 }
 
-type entryBody struct {
-	bin     bitsetbin.Bin
-	touched uint64
-	// epoch orders the producers of a Sharded audit across shards: 2k when
-	// inserted as the k-th insert, 2k+1 when last checked after the k-th
-	// insert (see budget.clock).
-	epoch uint64
+// paddedEntry is an entry rounded up to a multiple of 64 bytes. Shards of
+// a Sharded audit allocate these, so that the allocator places entries on
+// cache-line boundaries and goroutines checking producers of different
+// shards never write to the same line. An unsynchronized audit does not
+// pay for it.
+type paddedEntry struct {
+	entry
+	_ [(64 - unsafe.Sizeof(entry{})%64) % 64]byte
 }
 
 // newEntry returns an entry with an unanchored window of depth d (the ring
-// is allocated by the first Mark).
-func newEntry(d int) *entry {
-	e := new(entry)
+// is allocated by the first Mark), padded when it is for a shard.
+func newEntry(d int, padded bool) *entry {
+	var e *entry
+	if padded {
+		e = &new(paddedEntry).entry
+	} else {
+		e = new(entry)
+	}
 	if err := e.bin.Resize(d); err != nil {
 		// Unreachable: the depth was validated.
 		panic("audit: " + err.Error())
@@ -67,7 +77,7 @@ type counters struct {
 type Audit struct {
 	// lru and the first counters are what a check touches: they come
 	// first so that, behind a shard's mutex, they share its cache line.
-	lru *simplelru.LRU[string, *entry]
+	lru producers
 	// oldest is, in a shard of a Sharded audit, the epoch of its least
 	// recently used producer (math.MaxUint64 when empty), published so
 	// that other shards can pick the oldest victim without locking.
@@ -95,18 +105,7 @@ func New(o Options) (*Audit, error) {
 }
 
 func newAudit(cfg config, b *budget) *Audit {
-	size := cfg.maxProducers
-	if b != nil {
-		// A shard's size is governed by the shared budget; simplelru must
-		// never evict on its own.
-		size = MaxProducersLimit
-	}
-	lru, err := simplelru.NewLRU[string, *entry](size, nil)
-	if err != nil {
-		// Unreachable: config guarantees maxProducers >= 1.
-		panic("audit: " + err.Error())
-	}
-	a := &Audit{lru: lru, cfg: cfg, budget: b}
+	a := &Audit{lru: newProducers(b != nil), cfg: cfg, budget: b}
 	a.oldest.Store(math.MaxUint64)
 	return a
 }
@@ -117,8 +116,8 @@ func (a *Audit) publishOldest() {
 	if a.budget == nil {
 		return
 	}
-	if _, e, ok := a.lru.GetOldest(); ok {
-		a.oldest.Store(e.epoch)
+	if e, ok := a.lru.GetOldest(); ok {
+		a.oldest.Store(e.order)
 	} else {
 		a.oldest.Store(math.MaxUint64)
 	}
@@ -127,8 +126,8 @@ func (a *Audit) publishOldest() {
 // touchShard stamps a tracked producer of a shard with the current epoch
 // and republishes the shard's oldest epoch if it was the LRU tail.
 func (a *Audit) touchShard(e *entry) {
-	old := e.epoch
-	e.epoch = a.budget.clock.Load() | 1
+	old := e.order
+	e.order = a.budget.clock.Load() | 1
 	if old == a.oldest.Load() {
 		a.publishOldest()
 	}
@@ -282,12 +281,12 @@ func (a *Audit) insert(key string, token bool) *entry {
 	e := a.spare
 	a.spare = nil
 	if e == nil {
-		e = newEntry(a.cfg.depth)
+		e = newEntry(a.cfg.depth, a.budget != nil)
 	} else {
 		e.bin.Reset()
 	}
 	if a.budget != nil {
-		e.epoch = a.budget.clock.Add(2)
+		e.order = a.budget.clock.Add(2)
 	}
 	// key is usually a substring of the caller's id: clone it so the audit
 	// does not pin the caller's buffer.
@@ -300,20 +299,21 @@ func (a *Audit) insert(key string, token bool) *entry {
 
 // oldestEpoch returns the epoch of the least recently used producer.
 func (a *Audit) oldestEpoch() (uint64, bool) {
-	_, e, ok := a.lru.GetOldest()
+	e, ok := a.lru.GetOldest()
 	if !ok {
 		return 0, false
 	}
-	return e.epoch, true
+	return e.order, true
 }
 
 // evictOldest drops the least recently used producer and keeps its entry
 // as the spare. It does not touch the budget.
 func (a *Audit) evictOldest() {
-	key, e, ok := a.lru.RemoveOldest()
+	e, ok := a.lru.RemoveOldest()
 	if !ok {
 		return
 	}
+	key := e.key
 	recent := a.st.checks-e.touched < uint64(a.cfg.depth)
 	a.st.evictions++
 	if recent {
@@ -463,9 +463,6 @@ func (a *Audit) SetMaxProducers(n int) error {
 func (a *Audit) setMaxProducers(n int) {
 	for a.lru.Len() > n {
 		a.evictOldest()
-	}
-	if a.budget == nil {
-		a.lru.Resize(n)
 	}
 	a.cfg.maxProducers = n
 }

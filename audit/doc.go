@@ -1,7 +1,8 @@
 // Package audit is msgaudit's message audit: ActiveMQ Classic's client-side
 // duplicate detection (ActiveMQMessageAudit, see
 // shared/reference/activemq-audit.md §2) without its holes. It keeps an LRU
-// of producer keys (golang-lru's simplelru), each with a sliding window of
+// of producer keys (a map and a list threaded through the entries, with
+// golang-lru simplelru's semantics; see below), each with a sliding window of
 // sequence numbers (bitsetbin.Bin). An id is "<producer key>:<sequence>"
 // (msgid.Split); checking it returns FirstSeen, Duplicate or TooOld in O(1),
 // and allocates nothing for a producer already tracked.
@@ -23,6 +24,17 @@
 // evictions are buffered under the lock, as golang-lru does); Audit calls it
 // before the method returns. Stats of Locked and Sharded is a consistent
 // snapshot.
+//
+// # The LRU
+//
+// The producers are kept least recently used first, as golang-lru's
+// simplelru keeps them (the audit's first version used simplelru): a check,
+// a rollback or IsInOrder refreshes a producer; LastSeq does not. The list
+// is the audit's own so that an entry carries its links (simplelru's
+// separate 80-byte element put the memory per producer above depth/8+256
+// bytes) and so that, until the cap is first reached, a check only stamps
+// the producer instead of relinking it; the order is derived from the
+// stamps when it is needed. The eviction order is exactly simplelru's.
 //
 // # Differences from ActiveMQ
 //

@@ -484,8 +484,8 @@ func (s *Sharded) MarshalBinary() ([]byte, error) {
 				continue
 			}
 			e, _ := s.shards[i].a.lru.Peek(l[0])
-			if best < 0 || e.epoch < bestEpoch {
-				best, bestEpoch = i, e.epoch
+			if best < 0 || e.order < bestEpoch {
+				best, bestEpoch = i, e.order
 			}
 		}
 		key := lists[best][0]
@@ -525,7 +525,7 @@ func (s *Sharded) UnmarshalBinary(data []byte) error {
 	clock := s.budget.clock.Load()
 	for _, e := range entries {
 		clock += 2
-		e.epoch = clock
+		e.order = clock
 	}
 	s.budget.clock.Store(clock)
 	f := s.inFlight()

@@ -144,7 +144,7 @@ func decode(data []byte, base config, b *budget) (*Audit, error) {
 	cfg.depth = int(depth)
 	cfg.maxProducers = int(maxProducers)
 	a := newAudit(cfg, b)
-	want := newEntry(cfg.depth).bin.Depth() // guaranteed depth of every window
+	want := newEntry(cfg.depth, false).bin.Depth() // guaranteed depth of every window
 	for i := uint64(0); i < count; i++ {
 		keyLen := r.Uvarint("key length")
 		if r.Err == nil && (keyLen == 0 || keyLen > uint64(cfg.maxIDLength)) {

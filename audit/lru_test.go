@@ -1,0 +1,147 @@
+package audit
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"pgregory.net/rapid"
+)
+
+// TestProducersModel drives the LRU list, lazy or strict, with random
+// operations and compares it now and then with a slice kept least recently
+// used first (not after every step: reading the order sorts a lazy list).
+func TestProducersModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := newProducers(rapid.Bool().Draw(t, "strict"))
+		var model []string // least recently used first
+		keys := []string{"a", "b", "c", "d", "e", "f"}
+		for step := range rapid.IntRange(1, 200).Draw(t, "steps") {
+			key := rapid.SampledFrom(keys).Draw(t, "key")
+			at := slices.Index(model, key)
+			switch op := rapid.IntRange(0, 5).Draw(t, "op"); op {
+			case 0, 1: // Get
+				e, ok := p.Get(key)
+				if ok != (at >= 0) {
+					t.Fatalf("step %d: Get(%q) found %v, model %v", step, key, ok, at >= 0)
+				}
+				if ok {
+					if e.key != key {
+						t.Fatalf("step %d: Get(%q) returned the entry of %q", step, key, e.key)
+					}
+					model = append(slices.Delete(model, at, at+1), key)
+				}
+			case 2: // Peek and Contains
+				e, ok := p.Peek(key)
+				if ok != (at >= 0) || p.Contains(key) != ok || ok && e.key != key {
+					t.Fatalf("step %d: Peek(%q) = %v, model %v", step, key, ok, at >= 0)
+				}
+			case 3: // Add when absent
+				if at < 0 {
+					p.Add(key, new(entry))
+					model = append(model, key)
+				}
+			case 4: // RemoveOldest
+				e, ok := p.RemoveOldest()
+				if ok != (len(model) > 0) {
+					t.Fatalf("step %d: RemoveOldest ok = %v with %d in the model", step, ok, len(model))
+				}
+				if ok {
+					if e.key != model[0] || e.prev != nil || e.next != nil {
+						t.Fatalf("step %d: RemoveOldest = %q (linked %v), want %q", step, e.key, e.prev != nil || e.next != nil, model[0])
+					}
+					model = model[1:]
+				}
+			case 5:
+				if rapid.IntRange(0, 9).Draw(t, "purge") == 0 {
+					p.Purge()
+					model = nil
+				}
+			}
+			if !rapid.Bool().Draw(t, "look") {
+				continue
+			}
+			if got := p.Keys(); !slices.Equal(got, model) && !(len(got) == 0 && len(model) == 0) {
+				t.Fatalf("step %d: Keys() = %q, model %q", step, got, model)
+			}
+			if p.Len() != len(model) {
+				t.Fatalf("step %d: Len() = %d, model %d", step, p.Len(), len(model))
+			}
+			vals := p.Values()
+			for i, e := range vals {
+				if e.key != model[i] {
+					t.Fatalf("step %d: Values()[%d] is %q, model %q", step, i, e.key, model[i])
+				}
+			}
+			if o, ok := p.GetOldest(); ok != (len(model) > 0) || ok && o.key != model[0] {
+				t.Fatalf("step %d: GetOldest wrong", step)
+			}
+			// The list read from the head must be the reverse of Keys.
+			var fwd []string
+			for e := p.head; e != nil; e = e.next {
+				fwd = append(fwd, e.key)
+			}
+			slices.Reverse(fwd)
+			if !slices.Equal(fwd, p.Keys()) {
+				t.Fatalf("step %d: head-to-tail links %q disagree with tail-to-head %q", step, fwd, p.Keys())
+			}
+		}
+	})
+}
+
+// TestEvictionOrderMatchesSimplelru runs random checks, rollbacks, reads
+// and snapshots through an Audit and, on the same keys, through golang-lru's
+// simplelru (what the audit used first): both must evict the same producers
+// in the same order.
+func TestEvictionOrderMatchesSimplelru(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		capacity := rapid.IntRange(1, 6).Draw(t, "cap")
+		var got, want []string
+		a, err := New(Options{Depth: 64, MaxProducers: capacity, OnEvict: func(k string, _ bool) { got = append(got, k) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		model, err := simplelru.NewLRU[string, struct{}](capacity, func(k string, _ struct{}) { want = append(want, k) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range rapid.IntRange(1, 300).Draw(t, "steps") {
+			key := fmt.Sprintf("p%d", rapid.IntRange(0, 9).Draw(t, "producer"))
+			seq := rapid.Uint64Range(1, 100).Draw(t, "seq")
+			switch rapid.IntRange(0, 9).Draw(t, "op") {
+			case 0: // a rollback refreshes a tracked producer
+				a.RollbackKey(key, seq)
+				model.Get(key)
+			case 1: // IsInOrder refreshes a tracked producer
+				if _, err := a.IsInOrder(key + ":" + fmt.Sprint(seq)); err != nil {
+					t.Fatal(err)
+				}
+				model.Get(key)
+			case 2: // LastSeq does not
+				a.LastSeq(key)
+				model.Peek(key)
+			case 3: // reading the order (a snapshot) changes nothing
+				if _, err := a.MarshalBinary(); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				a.CheckKey(key, seq)
+				if !model.Contains(key) {
+					model.Add(key, struct{}{})
+				} else {
+					model.Get(key)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("evicted %q, simplelru evicted %q", got, want)
+			}
+			if a.Len() != model.Len() {
+				t.Fatalf("%d producers, simplelru %d", a.Len(), model.Len())
+			}
+		}
+		if k := a.lru.Keys(); !slices.Equal(k, model.Keys()) {
+			t.Fatalf("order %q, simplelru %q", k, model.Keys())
+		}
+	})
+}
