@@ -2,20 +2,29 @@ package audit
 
 import (
 	"cmp"
+	"hash/maphash"
 	"slices"
 )
 
-// producers is the LRU list of an audit's producers: a map from producer
-// key to entry, and a doubly linked list threaded through the entries
-// themselves, most recently used at the head.
+// producers is the LRU list of an audit's producers: a hash table from
+// producer key to entry, and a doubly linked list threaded through the
+// entries themselves, most recently used at the head.
 //
 // It replaces golang-lru's simplelru, which the audit used at first, for
-// two measured reasons (see bench/README.md): simplelru keeps each value
-// in a separate 80-byte list element (with an expiry time the audit never
-// uses), which put the memory per producer above depth/8+256 bytes, and
-// reaching the entry through that element cost one more dependent load on
-// every check. The semantics are simplelru's: Get moves to the front,
+// measured reasons (see bench/README.md): simplelru keeps each value in a
+// separate 80-byte list element (with an expiry time the audit never uses)
+// behind a Go map of 24-byte slots, which put the memory per producer above
+// depth/8+256 bytes, and the lookup and the element cost a cache line each
+// on every check. The semantics are simplelru's: Get moves to the front,
 // Peek does not, eviction takes the tail; the audit enforces the cap.
+//
+// The table is open addressing with linear probing over 16-byte slots (the
+// key's hash and its entry), at most half full, so a lookup reads one
+// line of slots, compares hashes there and touches an entry only on a hash
+// match. The hash is hash/maphash (the runtime's string hash, as Go maps
+// use) with a seed of the table's own, so keys chosen to collide cannot be
+// found without knowing it. Deletion shifts the following slots back, so
+// there are no tombstones.
 //
 // Moving an entry to the front on every lookup is the most expensive part
 // of an LRU, and its order matters only when a producer must be evicted.
@@ -28,11 +37,13 @@ import (
 // cap never pays for the moves. The lists of a Sharded audit's shards are
 // strict from the start, because their tails are published as epochs.
 //
-// The map is allocated by the first Add, so an empty list costs nothing. A
+// The table is allocated by the first Add, so an empty list costs nothing. A
 // producers value may be copied only while empty or when the original is
 // discarded.
 type producers struct {
-	m          map[string]*entry
+	slots      []slot // len 0 or a power of two ≥ minSlots
+	n          int
+	seed       maphash.Seed
 	head, tail *entry
 	// lazy is true while lookups only stamp; tick is the last stamp.
 	lazy bool
@@ -41,14 +52,41 @@ type producers struct {
 	strict bool
 }
 
+// slot is one table slot: e is nil when the slot is free.
+type slot struct {
+	h uint64
+	e *entry
+}
+
+// minSlots is the size of a new table.
+const minSlots = 8
+
 // newProducers returns an empty list, strict for good if strict is set.
 func newProducers(strict bool) producers {
-	return producers{lazy: !strict, strict: strict}
+	return producers{seed: maphash.MakeSeed(), lazy: !strict, strict: strict}
+}
+
+// find returns the entry of key, or nil.
+func (p *producers) find(key string) *entry {
+	if p.n == 0 {
+		return nil
+	}
+	h := maphash.String(p.seed, key)
+	mask := uint64(len(p.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		s := &p.slots[i]
+		if s.e == nil {
+			return nil
+		}
+		if s.h == h && s.e.key == key {
+			return s.e
+		}
+	}
 }
 
 // Get returns the entry of key and makes it the most recently used.
 func (p *producers) Get(key string) (*entry, bool) {
-	e := p.m[key]
+	e := p.find(key)
 	if e == nil {
 		return nil, false
 	}
@@ -63,27 +101,25 @@ func (p *producers) Get(key string) (*entry, bool) {
 
 // Peek returns the entry of key without changing its recency.
 func (p *producers) Peek(key string) (*entry, bool) {
-	e, ok := p.m[key]
-	return e, ok
+	e := p.find(key)
+	return e, e != nil
 }
 
 // Contains reports whether key is tracked, without changing its recency.
-func (p *producers) Contains(key string) bool {
-	_, ok := p.m[key]
-	return ok
-}
+func (p *producers) Contains(key string) bool { return p.find(key) != nil }
 
 // Len returns the number of producers.
-func (p *producers) Len() int { return len(p.m) }
+func (p *producers) Len() int { return p.n }
 
 // Add inserts e under key as the most recently used. key must not be
 // tracked already.
 func (p *producers) Add(key string, e *entry) {
-	if p.m == nil {
-		p.m = make(map[string]*entry)
+	if 2*(p.n+1) > len(p.slots) {
+		p.grow()
 	}
 	e.key = key
-	p.m[key] = e
+	p.insert(maphash.String(p.seed, key), e)
+	p.n++
 	if p.lazy {
 		p.tick++
 		e.order = p.tick
@@ -105,7 +141,7 @@ func (p *producers) RemoveOldest() (*entry, bool) {
 	if e == nil {
 		return nil, false
 	}
-	delete(p.m, e.key)
+	p.delete(e)
 	p.tail = e.prev
 	if p.tail != nil {
 		p.tail.next = nil
@@ -117,12 +153,14 @@ func (p *producers) RemoveOldest() (*entry, bool) {
 }
 
 // Purge forgets every producer.
-func (p *producers) Purge() { *p = newProducers(p.strict) }
+func (p *producers) Purge() {
+	*p = producers{seed: p.seed, lazy: !p.strict, strict: p.strict}
+}
 
 // Keys returns the keys from the least to the most recently used.
 func (p *producers) Keys() []string {
 	p.sort()
-	keys := make([]string, 0, len(p.m))
+	keys := make([]string, 0, p.n)
 	for e := p.tail; e != nil; e = e.prev {
 		keys = append(keys, e.key)
 	}
@@ -132,7 +170,7 @@ func (p *producers) Keys() []string {
 // Values returns the entries from the least to the most recently used.
 func (p *producers) Values() []*entry {
 	p.sort()
-	es := make([]*entry, 0, len(p.m))
+	es := make([]*entry, 0, p.n)
 	for e := p.tail; e != nil; e = e.prev {
 		es = append(es, e)
 	}
@@ -167,10 +205,10 @@ func (p *producers) moveToFront(e *entry) {
 
 // sort relinks a lazy list in stamp order, the most recent at the head.
 func (p *producers) sort() {
-	if !p.lazy || len(p.m) < 2 {
+	if !p.lazy || p.n < 2 {
 		return
 	}
-	es := make([]*entry, 0, len(p.m))
+	es := make([]*entry, 0, p.n)
 	for e := p.head; e != nil; e = e.next {
 		es = append(es, e)
 	}
@@ -179,4 +217,47 @@ func (p *producers) sort() {
 	for i := len(es) - 1; i >= 0; i-- {
 		p.pushFront(es[i])
 	}
+}
+
+// insert puts e, whose key hashes to h, in the first free slot from h.
+func (p *producers) insert(h uint64, e *entry) {
+	mask := uint64(len(p.slots) - 1)
+	i := h & mask
+	for p.slots[i].e != nil {
+		i = (i + 1) & mask
+	}
+	p.slots[i] = slot{h: h, e: e}
+}
+
+// grow doubles the table (or allocates the first one) and reinserts.
+func (p *producers) grow() {
+	old := p.slots
+	p.slots = make([]slot, max(minSlots, 2*len(old)))
+	for _, s := range old {
+		if s.e != nil {
+			p.insert(s.h, s.e)
+		}
+	}
+}
+
+// delete frees the slot of e and shifts back the slots after it that
+// would otherwise be cut off from their home slot (no tombstones).
+func (p *producers) delete(e *entry) {
+	mask := uint64(len(p.slots) - 1)
+	i := maphash.String(p.seed, e.key) & mask
+	for p.slots[i].e != e {
+		i = (i + 1) & mask
+	}
+	for j := (i + 1) & mask; p.slots[j].e != nil; j = (j + 1) & mask {
+		// The slot at j may fill the hole at i unless its home slot lies
+		// cyclically in (i, j].
+		home := p.slots[j].h & mask
+		if (j-home)&mask < (j-i)&mask {
+			continue
+		}
+		p.slots[i] = p.slots[j]
+		i = j
+	}
+	p.slots[i] = slot{}
+	p.n--
 }

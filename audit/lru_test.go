@@ -16,11 +16,14 @@ func TestProducersModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		p := newProducers(rapid.Bool().Draw(t, "strict"))
 		var model []string // least recently used first
-		keys := []string{"a", "b", "c", "d", "e", "f"}
+		keys := make([]string, rapid.IntRange(1, 40).Draw(t, "keys"))
+		for i := range keys {
+			keys[i] = fmt.Sprint("k", i)
+		}
 		for step := range rapid.IntRange(1, 200).Draw(t, "steps") {
 			key := rapid.SampledFrom(keys).Draw(t, "key")
 			at := slices.Index(model, key)
-			switch op := rapid.IntRange(0, 5).Draw(t, "op"); op {
+			switch rapid.IntRange(0, 5).Draw(t, "op") {
 			case 0, 1: // Get
 				e, ok := p.Get(key)
 				if ok != (at >= 0) {
