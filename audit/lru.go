@@ -71,7 +71,14 @@ func (p *producers) find(key string) *entry {
 	if p.n == 0 {
 		return nil
 	}
-	h := maphash.String(p.seed, key)
+	return p.findHashed(key, maphash.String(p.seed, key))
+}
+
+// findHashed is find for a key whose hash under p.seed is h.
+func (p *producers) findHashed(key string, h uint64) *entry {
+	if p.n == 0 {
+		return nil
+	}
 	mask := uint64(len(p.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &p.slots[i]
@@ -86,7 +93,13 @@ func (p *producers) find(key string) *entry {
 
 // Get returns the entry of key and makes it the most recently used.
 func (p *producers) Get(key string) (*entry, bool) {
-	e := p.find(key)
+	return p.GetHashed(key, maphash.String(p.seed, key))
+}
+
+// GetHashed is Get for a key whose hash under the list's seed is h (a
+// Sharded audit hashes a key once to pick the shard and to look it up).
+func (p *producers) GetHashed(key string, h uint64) (*entry, bool) {
+	e := p.findHashed(key, h)
 	if e == nil {
 		return nil, false
 	}

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"testing"
 
@@ -147,4 +148,25 @@ func TestEvictionOrderMatchesSimplelru(t *testing.T) {
 			t.Fatalf("order %q, simplelru %q", k, model.Keys())
 		}
 	})
+}
+
+// TestShardedHashOnce pins that a shard's table hashes with the Sharded
+// audit's seed, so the one hash Check computes also finds the producer
+// (otherwise every check would fall back to the slow path and hash twice).
+func TestShardedHashOnce(t *testing.T) {
+	s, err := NewSharded(Options{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		key := fmt.Sprint("ID:host-1-2-3:1:1:", i)
+		if v := s.CheckKey(key, 1); v != FirstSeen {
+			t.Fatalf("%s: %v", key, v)
+		}
+		h := maphash.String(s.seed, key)
+		sh := &s.shards[s.shardIndex(h)]
+		if _, ok := sh.a.lru.GetHashed(key, h); !ok {
+			t.Fatalf("%s: not found in shard %d with the Sharded seed", key, s.shardIndex(h))
+		}
+	}
 }

@@ -86,9 +86,25 @@ func NewSharded(o Options, shards int) (*Sharded, error) {
 	}
 	s.budget.cap.Store(int64(cfg.maxProducers))
 	for i := range s.shards {
-		s.shards[i].a = *newAudit(cfg, &s.budget)
+		s.shards[i].a = *s.newShard(cfg)
 	}
 	return s, nil
+}
+
+// newShard returns the Audit of a shard. Its table hashes keys with the
+// Sharded audit's seed: one hash of a key picks the shard (high bits, see
+// shardIndex) and the slot (low bits).
+func (s *Sharded) newShard(cfg config) *Audit {
+	a := newAudit(cfg, &s.budget)
+	a.lru.seed = s.seed
+	return a
+}
+
+// shardIndex returns the shard of a key whose hash is h: the high 32 bits
+// modulo the shard count, so the shard says nothing of the low bits that
+// place the key in its shard's table.
+func (s *Sharded) shardIndex(h uint64) uint64 {
+	return (h >> 32) % uint64(len(s.shards))
 }
 
 // Shards returns the number of shards.
@@ -106,7 +122,7 @@ func (s *Sharded) shardOf(key string) *shard {
 	if len(s.shards) == 1 {
 		return &s.shards[0]
 	}
-	return &s.shards[maphash.String(s.seed, key)%uint64(len(s.shards))]
+	return &s.shards[s.shardIndex(maphash.String(s.seed, key))]
 }
 
 // unlock releases sh and then reports the evictions the call made.
@@ -160,10 +176,11 @@ func (s *Sharded) Check(id string) (Verdict, error) {
 		s.countReject(err, true)
 		return TooOld, err
 	}
-	sh := s.shardOf(key)
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[s.shardIndex(h)]
 	sh.mu.Lock()
 	sh.a.st.checks++
-	if e, found := sh.a.lru.Get(key); found {
+	if e, found := sh.a.lru.GetHashed(key, h); found {
 		sh.a.touchShard(e) // the hot path
 		v := sh.a.mark(e, seq)
 		sh.mu.Unlock()
@@ -511,14 +528,14 @@ func (s *Sharded) UnmarshalBinary(data []byte) error {
 	}
 	parts := make([]*Audit, len(s.shards))
 	for i := range parts {
-		parts[i] = newAudit(fresh.cfg, &s.budget)
+		parts[i] = s.newShard(fresh.cfg)
 	}
 	keys := fresh.lru.Keys()
 	entries := make([]*entry, len(keys))
 	for i, key := range keys {
 		e, _ := fresh.lru.Peek(key)
 		entries[i] = e
-		parts[maphash.String(s.seed, key)%uint64(len(parts))].lru.Add(key, e)
+		parts[s.shardIndex(maphash.String(s.seed, key))].lru.Add(key, e)
 	}
 	s.lockAll()
 	defer s.unlockAll()
