@@ -26,17 +26,19 @@ const (
 // Bin is a sliding window of bits over the uint64 sequence numbers of one
 // producer. The zero value is an unanchored bin of DefaultDepth. A Bin is not
 // safe for concurrent use; see the package documentation. Do not copy a Bin
-// that has been marked: the copy would share its ring (use MarshalBinary to
-// clone one).
+// that has been marked: the copy would share most of its ring (use
+// MarshalBinary to clone one).
 type Bin struct {
-	// ring holds n words; slot head holds word number base, and word w of
-	// the window lives in slot (head + w - base) mod n. nil until the first
-	// Mark. While the bin is unanchored every ring word is zero.
-	ring *bitset.BitSet
-	// words is ring.Words(): the same backing array, cached for the hot path.
-	words []uint64
-	n     uint64 // ring size in words, ≥ 2; 0 in the zero value (defaultWords)
-	head  uint64 // ring slot of word base
+	// The ring has n slots; slot head holds word number base, and word w of
+	// the window lives in slot (head + w - base) mod n. Slots 0..n-2 are the
+	// words of ring (a value, so no separate header is allocated) and slot
+	// n-1 is spill: the one heap allocation is then exactly Depth()/8 bytes,
+	// exactly a size class for the usual power-of-two depths, where n words
+	// would round up to the next class (264 B to 288 B at the default
+	// depth). ring is empty until the first Mark. While the bin is
+	// unanchored every slot is zero. Use slot to reach slot s.
+	ring  bitset.BitSet
+	spill uint64
 	base  uint64 // word number of the window's lowest word
 	// lo is the lowest word whose history the bin has: base ≤ lo ≤ hi>>6.
 	// Words in [base, lo) are zero and read as TooOld (Resize uncovered them).
@@ -44,6 +46,9 @@ type Bin struct {
 	hi   uint64 // highest index marked since anchoring; hi>>6 ≤ base+n-1
 	top  uint64 // highest set index, valid iff hasTop
 	last uint64 // last IsInOrder index, valid iff hasLast
+	// n ≤ MaxDepth/64+1 fits 32 bits.
+	n    uint32 // ring size in slots, ≥ 2; 0 in the zero value (defaultWords)
+	head uint32 // ring slot of word base
 
 	anchored, hasTop, hasLast bool
 }
@@ -60,14 +65,14 @@ func NewBin(depth int) (*Bin, error) {
 }
 
 // ringWords is ceil(depth/64)+1, the ring size that guarantees depth.
-func ringWords(depth int) (uint64, error) {
+func ringWords(depth int) (uint32, error) {
 	if depth == 0 {
 		return defaultWords, nil
 	}
 	if depth < 0 || depth > MaxDepth {
 		return 0, fmt.Errorf("%w: %d (want 0..%d)", ErrDepth, depth, MaxDepth)
 	}
-	return uint64(depth+63)/64 + 1, nil
+	return uint32(depth+63)/64 + 1, nil
 }
 
 // ringSize returns the ring size, fixing it to the default on a zero Bin.
@@ -75,18 +80,18 @@ func (b *Bin) ringSize() uint64 {
 	if b.n == 0 {
 		b.n = defaultWords
 	}
-	return b.n
+	return uint64(b.n)
 }
 
 // Depth returns the guaranteed depth: with M the highest index marked,
 // every index in [M-Depth(), M] is tracked exactly. It is the requested
 // depth rounded up to a multiple of 64.
 func (b *Bin) Depth() int {
-	n := b.n
+	n := int(b.n)
 	if n == 0 {
 		n = defaultWords
 	}
-	return int(64 * (n - 1))
+	return 64 * (n - 1)
 }
 
 // Mark records index i and reports New if its bit was clear (it is now
@@ -103,18 +108,19 @@ func (b *Bin) Mark(i uint64) Verdict {
 	if w < b.lo {
 		return TooOld
 	}
+	n := uint64(b.n)
 	off := w - b.base
-	if off >= b.n {
+	if off >= n {
 		b.slide(w)
-		off = b.n - 1
+		off = n - 1
 	}
-	s := b.head + off
-	if s >= b.n {
-		s -= b.n
+	s := uint64(b.head) + off
+	if s >= n {
+		s -= n
 	}
-	// One load and one store on the ring's word (the bitset's own storage,
-	// see words) instead of bitset.Test then bitset.Set.
-	p := &b.words[s]
+	// One load and one store on the slot's word instead of bitset.Test then
+	// bitset.Set.
+	p := b.slot(s)
 	m := uint64(1) << (i & 63)
 	if *p&m != 0 {
 		return Duplicate
@@ -129,21 +135,31 @@ func (b *Bin) Mark(i uint64) Verdict {
 	return New
 }
 
-// bit returns the ring bit of index i, whose word is off words above base.
-func (b *Bin) bit(off, i uint64) uint {
-	s := b.head + off
-	if s >= b.n {
-		s -= b.n
+// slot returns ring slot s < n: a word of ring, or spill for the last slot.
+// The one compare also spares Mark the bounds check.
+func (b *Bin) slot(s uint64) *uint64 {
+	p := &b.spill
+	if words := b.ring.Words(); s < uint64(len(words)) {
+		p = &words[s]
 	}
-	// s < n ≤ MaxDepth/64+2, so s<<6 fits any uint.
-	return uint(s<<6 | i&63)
+	return p
+}
+
+// slotOf returns the ring slot of the word off < n words above base.
+func (b *Bin) slotOf(off uint64) uint64 {
+	n := uint64(b.n)
+	s := uint64(b.head) + off
+	if s >= n {
+		s -= n
+	}
+	return s
 }
 
 // anchor starts the window with i in its top word (clamped at word 0).
 func (b *Bin) anchor(i uint64) {
 	n := b.ringSize()
-	if b.ring == nil || uint64(len(b.words)) != n {
-		b.setRing(bitset.From(make([]uint64, n)))
+	if uint64(len(b.ring.Words())) != n-1 {
+		b.ring.SetBitsetFrom(make([]uint64, n-1))
 	}
 	w := i >> 6
 	b.base = 0
@@ -152,16 +168,22 @@ func (b *Bin) anchor(i uint64) {
 	}
 	b.lo, b.head, b.hi = b.base, 0, i
 	b.anchored = true
-	b.ring.Set(b.bit(w-b.base, i))
+	*b.slot(w - b.base) |= 1 << (i & 63)
 	b.top, b.hasTop = i, true
 }
 
-// setRing installs r as the ring storage.
-func (b *Bin) setRing(r *bitset.BitSet) {
-	b.ring = r
-	b.words = nil
-	if r != nil {
-		b.words = r.Words()
+// clearSlots zeroes the ring slots [from, to), to ≤ n.
+func (b *Bin) clearSlots(from, to uint64) {
+	if from >= to {
+		return
+	}
+	words := b.ring.Words()
+	if to > uint64(len(words)) { // the range ends at slot n-1
+		b.spill = 0
+		to = uint64(len(words))
+	}
+	if from < to {
+		clear(words[from:to])
 	}
 }
 
@@ -169,26 +191,29 @@ func (b *Bin) setRing(r *bitset.BitSet) {
 // words that enter the window: one word at a time for a short slide, the
 // whole ring at once (O(n), whatever the distance) for a slide of n or more.
 func (b *Bin) slide(w uint64) {
-	k := w - (b.base + b.n - 1) // ≥ 1; w ≤ maxWord so nothing overflows
-	if k >= b.n {
-		b.ring.ClearAll()
+	n := uint64(b.n)
+	k := w - (b.base + n - 1) // ≥ 1; w ≤ maxWord so nothing overflows
+	if k >= n {
+		b.clearSlots(0, n)
 		b.head = 0
-		b.base = w - (b.n - 1)
+		b.base = w - (n - 1)
 		b.lo = b.base
 		return
 	}
 	// Clear the k oldest slots, head..head+k-1 mod n: at most two runs.
-	if end := b.head + k; end <= b.n {
-		clear(b.words[b.head:end])
-		b.head = end
+	head := uint64(b.head)
+	if end := head + k; end <= n {
+		b.clearSlots(head, end)
+		head = end
 	} else {
-		clear(b.words[b.head:])
-		clear(b.words[:end-b.n])
-		b.head = end - b.n
+		b.clearSlots(head, n)
+		b.clearSlots(0, end-n)
+		head = end - n
 	}
-	if b.head == b.n {
-		b.head = 0
+	if head == n {
+		head = 0
 	}
+	b.head = uint32(head)
 	b.base += k
 	if b.lo < b.base {
 		b.lo = b.base
@@ -216,10 +241,10 @@ func (b *Bin) Get(i uint64) bool {
 		return true
 	}
 	off := w - b.base
-	if off >= b.n {
+	if off >= uint64(b.n) {
 		return false
 	}
-	return b.ring.Test(b.bit(off, i))
+	return *b.slot(b.slotOf(off))&(1<<(i&63)) != 0
 }
 
 // Unmark clears index i (a rollback, so the redelivery of i reads as New)
@@ -236,14 +261,15 @@ func (b *Bin) Unmark(i uint64) bool {
 		return false
 	}
 	off := w - b.base
-	if off >= b.n {
+	if off >= uint64(b.n) {
 		return false
 	}
-	bit := b.bit(off, i)
-	if !b.ring.Test(bit) {
+	p := b.slot(b.slotOf(off))
+	m := uint64(1) << (i & 63)
+	if *p&m == 0 {
 		return false
 	}
-	b.ring.Clear(bit)
+	*p &^= m
 	if i == b.top {
 		b.findTop()
 	}
@@ -252,8 +278,8 @@ func (b *Bin) Unmark(i uint64) bool {
 
 // findTop recomputes the highest set bit by scanning down from the top word.
 func (b *Bin) findTop() {
-	for off := b.n - 1; ; off-- {
-		if x := b.words[(b.head+off)%b.n]; x != 0 {
+	for off := uint64(b.n) - 1; ; off-- {
+		if x := *b.slot(b.slotOf(off)); x != 0 {
 			b.top = (b.base+off)<<6 | uint64(63-bits.LeadingZeros64(x))
 			b.hasTop = true
 			return
@@ -284,11 +310,8 @@ func (b *Bin) LastSetIndex() (uint64, bool) {
 // Reset returns the bin to the unanchored state (keeping its depth and its
 // ring memory) and forgets the IsInOrder record. It costs O(Depth()/64).
 func (b *Bin) Reset() {
-	if b.ring != nil {
-		b.ring.ClearAll()
-	}
-	n := b.n
-	*b = Bin{ring: b.ring, words: b.words, n: n}
+	clear(b.ring.Words())
+	*b = Bin{ring: b.ring, n: b.n} // spill and the rest are zero
 }
 
 // Resize changes the depth (0 means DefaultDepth; out of range is ErrDepth,
@@ -298,30 +321,40 @@ func (b *Bin) Reset() {
 // everything. Words uncovered below the old window read as TooOld, because
 // the bin has no history for them. It costs O(old + new depth / 64).
 func (b *Bin) Resize(depth int) error {
-	n2, err := ringWords(depth)
+	n2w, err := ringWords(depth)
 	if err != nil {
 		return err
 	}
 	n := b.ringSize()
+	n2 := uint64(n2w)
 	if n2 == n {
 		return nil
 	}
-	b.n = n2
 	if !b.anchored {
-		b.setRing(nil) // allocated at the size by the next Mark
+		// Allocated at the size by the next Mark; every slot is zero.
+		b.n, b.ring, b.spill = n2w, bitset.BitSet{}, 0
 		return nil
 	}
 	var base2 uint64
 	if hw := b.hi >> 6; hw >= n2-1 {
 		base2 = hw - (n2 - 1)
 	}
-	src := b.words
-	dst := make([]uint64, n2)
+	// Copy the old ring (read through slot and slotOf while b.n is still
+	// n) into a new one that starts at slot 0: word w goes to slot w-base2.
+	dst := make([]uint64, n2-1)
+	var spill uint64
 	from, to := max(b.base, base2), min(b.base+n-1, base2+n2-1)
 	for w := from; w <= to; w++ {
-		dst[w-base2] = src[(b.head+w-b.base)%n]
+		x := *b.slot(b.slotOf(w - b.base))
+		if s := w - base2; s < n2-1 {
+			dst[s] = x
+		} else {
+			spill = x
+		}
 	}
-	b.setRing(bitset.From(dst))
+	b.n = n2w
+	b.ring.SetBitsetFrom(dst)
+	b.spill = spill
 	b.head, b.base = 0, base2
 	b.lo = max(b.lo, base2)
 	b.findTop()

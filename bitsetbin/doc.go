@@ -6,14 +6,21 @@
 //
 // # Window
 //
-// A Bin of requested depth D keeps a ring of N = ceil(D/64)+1 64-bit words
-// (stored in a bitset.BitSet), a head slot, and the word number of the
-// window's lowest word, all in uint64 arithmetic (no 32-bit narrowing; word
-// numbers are at most 2^58-1, so nothing overflows even for indexes near
-// math.MaxUint64). The guaranteed depth, Depth(), is 64·(N-1) ≥ D: with M the
-// highest index marked, every index in [M-Depth(), M] is answered exactly.
-// (ActiveMQ sizes N = (W+1)/64+1 and guarantees only 448 for W=500; this
-// package guarantees 512.)
+// A Bin of requested depth D keeps a ring of N = ceil(D/64)+1 64-bit words,
+// a head slot, and the word number of the window's lowest word, all in
+// uint64 arithmetic (no 32-bit narrowing; word numbers are at most 2^58-1,
+// so nothing overflows even for indexes near math.MaxUint64). The guaranteed
+// depth, Depth(), is 64·(N-1) ≥ D: with M the highest index marked, every
+// index in [M-Depth(), M] is answered exactly. (ActiveMQ sizes N =
+// (W+1)/64+1 and guarantees only 448 for W=500; this package guarantees
+// 512.)
+//
+// N-1 of the ring's words are a bitset.BitSet held inside the Bin and the
+// last one is a field of the Bin, so a bin's only heap allocation, made by
+// its first Mark, is exactly Depth()/8 bytes: 256 bytes at the default
+// depth, a size class of its own, where N words (264 bytes) would round up
+// to 288. Every power-of-two depth is as exact: a size class up to
+// 32 KiB, whole pages above.
 //
 // Marking an index above the window slides it forward by k words and
 // clears those k words; if k ≥ N the ring is cleared in one O(N) pass, so the

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-
-	"github.com/bits-and-blooms/bitset"
 )
 
 // snapshotVersion is the version byte AppendBinary writes.
@@ -21,7 +19,7 @@ const (
 // documentation for the format) to dst. It implements encoding.BinaryAppender
 // and never fails.
 func (b *Bin) AppendBinary(dst []byte) ([]byte, error) {
-	n := b.n
+	n := uint64(b.n)
 	if n == 0 {
 		n = defaultWords
 	}
@@ -46,8 +44,13 @@ func (b *Bin) AppendBinary(dst []byte) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, b.base)
 		dst = binary.AppendUvarint(dst, b.lo-b.base)
 		dst = binary.AppendUvarint(dst, b.hi)
-		for off := range n {
-			dst = binary.LittleEndian.AppendUint64(dst, b.words[(b.head+off)%n])
+		// The window's words, lowest first: slots head..n-1, then 0..head-1.
+		s := uint64(b.head)
+		for range n {
+			dst = binary.LittleEndian.AppendUint64(dst, *b.slot(s))
+			if s++; s == n {
+				s = 0
+			}
 		}
 	}
 	if b.hasLast {
@@ -111,7 +114,7 @@ func decode(p []byte) (Bin, int, error) {
 	if k < 1 || k > MaxDepth/64 {
 		return Bin{}, 0, fmt.Errorf("%w: depth %d words out of range", ErrCorrupt, k)
 	}
-	d := Bin{n: k + 1}
+	d := Bin{n: uint32(k + 1)} // k ≤ MaxDepth/64
 	if flags&flagAnchored != 0 {
 		base, lo, hi := r.uvarint("base"), r.uvarint("lo"), r.uvarint("hi")
 		if r.err != nil {
@@ -126,20 +129,21 @@ func decode(p []byte) (Bin, int, error) {
 		}
 		// Check the length before allocating: the ring is never larger
 		// than the bytes that encode it.
-		if need := 8 * d.n; uint64(r.left()) < need {
+		if need := 8 * (k + 1); uint64(r.left()) < need {
 			return Bin{}, 0, fmt.Errorf("%w: %d word bytes declared, %d present", ErrCorrupt, need, r.left())
 		}
-		words := make([]uint64, d.n)
-		for i := range words {
-			words[i] = binary.LittleEndian.Uint64(r.p[r.off:])
+		// The window's k+1 words, lowest first, go to slots 0..k (head 0):
+		// k words in the ring and the last in spill.
+		d.ring.SetBitsetFrom(make([]uint64, k))
+		for s := range k + 1 {
+			*d.slot(s) = binary.LittleEndian.Uint64(r.p[r.off:])
 			r.off += 8
 		}
-		for i := range lo {
-			if words[i] != 0 {
+		for s := range lo { // lo ≤ k: ring words only
+			if *d.slot(s) != 0 {
 				return Bin{}, 0, fmt.Errorf("%w: bits set below the known window", ErrCorrupt)
 			}
 		}
-		d.setRing(bitset.From(words))
 		d.base, d.lo, d.hi, d.anchored = base, base+lo, hi, true
 		d.findTop()
 		if d.hasTop && d.top > hi {
