@@ -15,15 +15,18 @@ import (
 // key, its window and the audit's check counter at its last check (for
 // telling recent evictions from stale ones).
 type entry struct {
-	prev, next *entry // towards the most / least recently used (lru.go)
-	bin        bitsetbin.Bin
-	key        string
-	touched    uint64
+	// The window first: its fields that a check reads fill the first 64
+	// bytes. Then what every check also touches: the key (compared on a
+	// hash match) and the two stamps; the links last (a strict list only).
+	bin     bitsetbin.Bin
+	key     string
+	touched uint64
 	// order is, in a lazy list, the tick of the last lookup (lru.go); in
 	// a shard of a Sharded audit, the epoch that orders producers across
 	// shards: 2k when inserted as the k-th insert, 2k+1 when last checked
 	// after the k-th insert (see budget.clock).
-	order uint64
+	order      uint64
+	prev, next *entry // towards the most / least recently used (lru.go)
 }
 
 // paddedEntry is an entry rounded up to a multiple of 64 bytes. Shards of
@@ -127,7 +130,13 @@ func (a *Audit) publishOldest() {
 // and republishes the shard's oldest epoch if it was the LRU tail.
 func (a *Audit) touchShard(e *entry) {
 	old := e.order
-	e.order = a.budget.clock.Load() | 1
+	stamp := a.budget.clock.Load() | 1
+	if old == stamp {
+		// Checked since the last insert already: nothing to republish (and
+		// no atomic store, which costs more than the rest of a check).
+		return
+	}
+	e.order = stamp
 	if old == a.oldest.Load() {
 		a.publishOldest()
 	}

@@ -29,6 +29,21 @@ const (
 // that has been marked: the copy would share most of its ring (use
 // MarshalBinary to clone one).
 type Bin struct {
+	// The fields Mark reads come first, so that they share the first 64
+	// bytes (one cache line when the Bin starts a line).
+
+	// n ≤ MaxDepth/64+1 fits 32 bits.
+	n    uint32 // ring size in slots, ≥ 2; 0 in the zero value (defaultWords)
+	head uint32 // ring slot of word base
+
+	anchored, hasTop, hasLast bool
+
+	// lo is the lowest word whose history the bin has: base ≤ lo ≤ hi>>6.
+	// Words in [base, lo) are zero and read as TooOld (Resize uncovered them).
+	lo   uint64
+	base uint64 // word number of the window's lowest word
+	hi   uint64 // highest index marked since anchoring; hi>>6 ≤ base+n-1
+	top  uint64 // highest set index, valid iff hasTop
 	// The ring has n slots; slot head holds word number base, and word w of
 	// the window lives in slot (head + w - base) mod n. Slots 0..n-2 are the
 	// words of ring (a value, so no separate header is allocated) and slot
@@ -39,18 +54,7 @@ type Bin struct {
 	// unanchored every slot is zero. Use slot to reach slot s.
 	ring  bitset.BitSet
 	spill uint64
-	base  uint64 // word number of the window's lowest word
-	// lo is the lowest word whose history the bin has: base ≤ lo ≤ hi>>6.
-	// Words in [base, lo) are zero and read as TooOld (Resize uncovered them).
-	lo   uint64
-	hi   uint64 // highest index marked since anchoring; hi>>6 ≤ base+n-1
-	top  uint64 // highest set index, valid iff hasTop
-	last uint64 // last IsInOrder index, valid iff hasLast
-	// n ≤ MaxDepth/64+1 fits 32 bits.
-	n    uint32 // ring size in slots, ≥ 2; 0 in the zero value (defaultWords)
-	head uint32 // ring slot of word base
-
-	anchored, hasTop, hasLast bool
+	last  uint64 // last IsInOrder index, valid iff hasLast
 }
 
 // NewBin returns an unanchored bin whose guaranteed depth is at least depth:
