@@ -129,13 +129,18 @@ func (a *Audit) publishOldest() {
 // touchShard stamps a tracked producer of a shard with the current epoch
 // and republishes the shard's oldest epoch if it was the LRU tail.
 func (a *Audit) touchShard(e *entry) {
-	old := e.order
-	stamp := a.budget.clock.Load() | 1
-	if old == stamp {
-		// Checked since the last insert already: nothing to republish (and
-		// no atomic store, which costs more than the rest of a check).
-		return
+	if stamp := a.budget.clock.Load() | 1; e.order != stamp {
+		a.restamp(e, stamp)
 	}
+	// Otherwise checked since the last insert already: nothing to
+	// republish (and no atomic store, which costs more than the rest of a
+	// check).
+}
+
+// restamp stamps e with stamp and republishes the shard's oldest epoch if e
+// was its least recently used producer.
+func (a *Audit) restamp(e *entry, stamp uint64) {
+	old := e.order
 	e.order = stamp
 	if old == a.oldest.Load() {
 		a.publishOldest()

@@ -106,7 +106,7 @@ func (p *producers) GetHashed(key string, h uint64) (*entry, bool) {
 	if p.lazy {
 		p.tick++
 		e.order = p.tick
-	} else if e.prev != nil { // not already the head
+	} else if p.head != e { // not already the head
 		p.moveToFront(e)
 	}
 	return e, true
