@@ -91,9 +91,19 @@ func (p *producers) findHashed(key string, h uint64) *entry {
 	}
 }
 
-// Get returns the entry of key and makes it the most recently used.
+// Get returns the entry of key and makes it the most recently used. It is
+// GetHashed with the hash computed here, written out so that a check makes
+// one call less.
 func (p *producers) Get(key string) (*entry, bool) {
-	return p.GetHashed(key, maphash.String(p.seed, key))
+	if p.n == 0 {
+		return nil, false
+	}
+	e := p.findHashed(key, maphash.String(p.seed, key))
+	if e == nil {
+		return nil, false
+	}
+	p.use(e)
+	return e, true
 }
 
 // GetHashed is Get for a key whose hash under the list's seed is h (a
@@ -103,13 +113,19 @@ func (p *producers) GetHashed(key string, h uint64) (*entry, bool) {
 	if e == nil {
 		return nil, false
 	}
+	p.use(e)
+	return e, true
+}
+
+// use makes e, just looked up, the most recently used: a stamp in a lazy
+// list, a move to the front in a strict one.
+func (p *producers) use(e *entry) {
 	if p.lazy {
 		p.tick++
 		e.order = p.tick
 	} else if p.head != e { // not already the head
 		p.moveToFront(e)
 	}
-	return e, true
 }
 
 // Peek returns the entry of key without changing its recency.
