@@ -10,12 +10,12 @@ import (
 // producer key to entry, and a doubly linked list threaded through the
 // entries themselves, most recently used at the head.
 //
-// It replaces golang-lru's simplelru, which the audit used at first, for
-// measured reasons (see bench/README.md): simplelru keeps each value in a
-// separate 80-byte list element (with an expiry time the audit never uses)
-// behind a Go map of 24-byte slots, which put the memory per producer above
-// depth/8+256 bytes, and the lookup and the element cost a cache line each
-// on every check. The semantics are simplelru's: Get moves to the front,
+// It replaces golang-lru's simplelru, which the audit used at first:
+// simplelru keeps each value in a separate 80-byte list element (with an
+// expiry time the audit never uses) behind a Go map of 24-byte slots, which
+// put the memory per producer above depth/8+256 bytes (BenchmarkMemory in
+// bench/), and the lookup and the element cost a cache line each on every
+// check. The semantics are simplelru's: Get moves to the front,
 // Peek does not, eviction takes the tail; the audit enforces the cap.
 //
 // The table is open addressing with linear probing over 16-byte slots (the
