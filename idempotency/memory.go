@@ -196,23 +196,35 @@ func held(e memEntry, found bool, seq uint64, now int64) bool {
 	return found && !e.confirmed && e.seq == seq && seq != 0 && e.expires > now
 }
 
+// lockHeld checks c and, when it is a live claim on its key, returns the
+// key's shard locked (the caller unlocks it), the map key, the entry and
+// the time of the check. Otherwise nothing is locked and the error is the
+// check's or ErrClaimLost.
+func (m *Memory) lockHeld(ctx context.Context, c Claim) (sh *memShard, mk memKey, e memEntry, now time.Time, err error) {
+	if err := m.check(ctx, c.Key); err != nil {
+		return nil, mk, e, now, err
+	}
+	seq := m.parseToken(c.Token)
+	now = m.clock.Now()
+	mk, sh = m.key(c.Key)
+	sh.mu.Lock()
+	e, ok := sh.m[mk]
+	if !held(e, ok, seq, now.UnixNano()) {
+		sh.mu.Unlock()
+		return nil, mk, e, now, ErrClaimLost
+	}
+	return sh, mk, e, now, nil
+}
+
 // Confirm marks the work finished and remembers it for the retention
 // period. It returns ErrClaimLost, changing nothing, unless c is a live
 // claim on its key.
 func (m *Memory) Confirm(ctx context.Context, c Claim) error {
-	if err := m.check(ctx, c.Key); err != nil {
+	sh, mk, _, now, err := m.lockHeld(ctx, c)
+	if err != nil {
 		return err
 	}
-	seq := m.parseToken(c.Token)
-	now := m.clock.Now().UnixNano()
-	mk, sh := m.key(c.Key)
-	sh.mu.Lock()
-	e, ok := sh.m[mk]
-	if !held(e, ok, seq, now) {
-		sh.mu.Unlock()
-		return ErrClaimLost
-	}
-	sh.m[mk] = memEntry{confirmed: true, expires: addNanos(now, m.retention)}
+	sh.m[mk] = memEntry{confirmed: true, expires: addNanos(now.UnixNano(), m.retention)}
 	sh.mu.Unlock()
 	return nil
 }
@@ -220,17 +232,9 @@ func (m *Memory) Confirm(ctx context.Context, c Claim) error {
 // Release drops the claim so the next delivery can claim the key. It
 // returns ErrClaimLost, changing nothing, unless c is a live claim.
 func (m *Memory) Release(ctx context.Context, c Claim) error {
-	if err := m.check(ctx, c.Key); err != nil {
+	sh, mk, _, _, err := m.lockHeld(ctx, c)
+	if err != nil {
 		return err
-	}
-	seq := m.parseToken(c.Token)
-	now := m.clock.Now().UnixNano()
-	mk, sh := m.key(c.Key)
-	sh.mu.Lock()
-	e, ok := sh.m[mk]
-	if !held(e, ok, seq, now) {
-		sh.mu.Unlock()
-		return ErrClaimLost
 	}
 	delete(sh.m, mk)
 	sh.mu.Unlock()
@@ -241,20 +245,11 @@ func (m *Memory) Release(ctx context.Context, c Claim) error {
 // renewed claim. It returns ErrClaimLost, changing nothing, unless c is a
 // live claim.
 func (m *Memory) Renew(ctx context.Context, c Claim) (Claim, error) {
-	if err := m.check(ctx, c.Key); err != nil {
+	sh, mk, e, now, err := m.lockHeld(ctx, c)
+	if err != nil {
 		return Claim{}, err
 	}
-	seq := m.parseToken(c.Token)
-	now := m.clock.Now()
-	nowN := now.UnixNano()
-	mk, sh := m.key(c.Key)
-	sh.mu.Lock()
-	e, ok := sh.m[mk]
-	if !held(e, ok, seq, nowN) {
-		sh.mu.Unlock()
-		return Claim{}, ErrClaimLost
-	}
-	e.expires = addNanos(nowN, m.ttl)
+	e.expires = addNanos(now.UnixNano(), m.ttl)
 	sh.m[mk] = e
 	sh.mu.Unlock()
 	c.Expires = now.Add(m.ttl)
