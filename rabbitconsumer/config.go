@@ -296,10 +296,4 @@ func (c Config) String() string {
 func (c Config) GoString() string { return c.String() }
 
 // Format makes every verb print the redacted String.
-func (c Config) Format(f fmt.State, verb rune) {
-	s := c.String()
-	if verb == 'q' {
-		s = fmt.Sprintf("%q", s)
-	}
-	_, _ = f.Write([]byte(s))
-}
+func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }

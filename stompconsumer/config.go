@@ -91,13 +91,7 @@ func (c Config) String() string {
 func (c Config) GoString() string { return c.String() }
 
 // Format makes every verb (%v, %+v, %#v, %s, %q) print the redacted String.
-func (c Config) Format(f fmt.State, verb rune) {
-	s := c.String()
-	if verb == 'q' {
-		s = fmt.Sprintf("%q", s)
-	}
-	_, _ = f.Write([]byte(s))
-}
+func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }
 
 // nopLogger returns a logger that discards everything.
 func nopLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
