@@ -2,7 +2,6 @@ package audit
 
 import (
 	"cmp"
-	"hash/maphash"
 	"slices"
 )
 
@@ -21,10 +20,11 @@ import (
 // The table is open addressing with linear probing over 16-byte slots (the
 // key's hash and its entry), at most half full, so a lookup reads one
 // line of slots, compares hashes there and touches an entry only on a hash
-// match. The hash is hash/maphash (the runtime's string hash, as Go maps
-// use) with a seed of the table's own, so keys chosen to collide cannot be
-// found without knowing it. Deletion shifts the following slots back, so
-// there are no tombstones.
+// match. The hash reads only a key's first and last 16 bytes and its length,
+// with random keys of the table's own, until two keys collide; then the
+// table re-hashes with hash/maphash, which reads every byte (hasher, in
+// hash.go). Deletion shifts the following slots back, so there are no
+// tombstones.
 //
 // Moving an entry to the front on every lookup is the most expensive part
 // of an LRU, and its order matters only when a producer must be evicted.
@@ -41,9 +41,12 @@ import (
 // producers value may be copied only while empty or when the original is
 // discarded.
 type producers struct {
-	slots      []slot // len 0 or a power of two ≥ minSlots
-	n          int
-	seed       maphash.Seed
+	slots []slot // len 0 or a power of two ≥ minSlots
+	n     int
+	hs    hasher
+	// full is set once two keys had the same sampled hash: from then on
+	// the table hashes whole keys (see hasher).
+	full       bool
 	head, tail *entry
 	// lazy is true while lookups only stamp; tick is the last stamp.
 	lazy bool
@@ -63,7 +66,7 @@ const minSlots = 8
 
 // newProducers returns an empty list, strict for good if strict is set.
 func newProducers(strict bool) producers {
-	return producers{seed: maphash.MakeSeed(), lazy: !strict, strict: strict}
+	return producers{hs: newHasher(), lazy: !strict, strict: strict}
 }
 
 // find returns the entry of key, or nil.
@@ -71,10 +74,18 @@ func (p *producers) find(key string) *entry {
 	if p.n == 0 {
 		return nil
 	}
-	return p.findHashed(key, maphash.String(p.seed, key))
+	return p.findHashed(key, p.hash(key))
 }
 
-// findHashed is find for a key whose hash under p.seed is h.
+// hash returns the hash of key that the table files it under.
+func (p *producers) hash(key string) uint64 {
+	if p.full {
+		return p.hs.full(key)
+	}
+	return p.hs.sample(key)
+}
+
+// findHashed is find for a key whose hash in the table is h.
 func (p *producers) findHashed(key string, h uint64) *entry {
 	if p.n == 0 {
 		return nil
@@ -98,7 +109,13 @@ func (p *producers) Get(key string) (*entry, bool) {
 	if p.n == 0 {
 		return nil, false
 	}
-	e := p.findHashed(key, maphash.String(p.seed, key))
+	var h uint64 // p.hash, written out: one call less
+	if p.full {
+		h = p.hs.full(key)
+	} else {
+		h = p.hs.sample(key)
+	}
+	e := p.findHashed(key, h)
 	if e == nil {
 		return nil, false
 	}
@@ -106,9 +123,13 @@ func (p *producers) Get(key string) (*entry, bool) {
 	return e, true
 }
 
-// GetHashed is Get for a key whose hash under the list's seed is h (a
-// Sharded audit hashes a key once to pick the shard and to look it up).
+// GetHashed is Get for a key whose sampled hash is h (a Sharded audit
+// hashes a key once to pick the shard and to look it up; its shards share
+// its hasher).
 func (p *producers) GetHashed(key string, h uint64) (*entry, bool) {
+	if p.full {
+		h = p.hs.full(key)
+	}
 	e := p.findHashed(key, h)
 	if e == nil {
 		return nil, false
@@ -147,7 +168,18 @@ func (p *producers) Add(key string, e *entry) {
 		p.grow()
 	}
 	e.key = key
-	p.insert(maphash.String(p.seed, key), e)
+	if p.insert(p.hash(key), e) && !p.full {
+		// Two keys with the same sampled hash: from now on hash whole
+		// keys, so that keys made to collide cannot pile up.
+		p.full = true
+		old := p.slots
+		p.slots = make([]slot, len(old))
+		for _, s := range old {
+			if s.e != nil {
+				p.insert(p.hs.full(s.e.key), s.e)
+			}
+		}
+	}
 	p.n++
 	if p.lazy {
 		p.tick++
@@ -183,7 +215,7 @@ func (p *producers) RemoveOldest() (*entry, bool) {
 
 // Purge forgets every producer.
 func (p *producers) Purge() {
-	*p = producers{seed: p.seed, lazy: !p.strict, strict: p.strict}
+	*p = producers{hs: p.hs, lazy: !p.strict, strict: p.strict}
 }
 
 // Keys returns the keys from the least to the most recently used.
@@ -248,14 +280,18 @@ func (p *producers) sort() {
 	}
 }
 
-// insert puts e, whose key hashes to h, in the first free slot from h.
-func (p *producers) insert(h uint64, e *entry) {
+// insert puts e, whose key hashes to h, in the first free slot from h. It
+// reports whether it passed a slot with the same hash (another key's: a
+// key is inserted only when absent).
+func (p *producers) insert(h uint64, e *entry) (same bool) {
 	mask := uint64(len(p.slots) - 1)
 	i := h & mask
 	for p.slots[i].e != nil {
+		same = same || p.slots[i].h == h
 		i = (i + 1) & mask
 	}
 	p.slots[i] = slot{h: h, e: e}
+	return same
 }
 
 // grow doubles the table (or allocates the first one) and reinserts.
@@ -273,7 +309,7 @@ func (p *producers) grow() {
 // would otherwise be cut off from their home slot (no tombstones).
 func (p *producers) delete(e *entry) {
 	mask := uint64(len(p.slots) - 1)
-	i := maphash.String(p.seed, e.key) & mask
+	i := p.hash(e.key) & mask
 	for p.slots[i].e != e {
 		i = (i + 1) & mask
 	}

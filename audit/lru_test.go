@@ -2,7 +2,6 @@ package audit
 
 import (
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"testing"
 
@@ -18,8 +17,9 @@ func TestProducersModel(t *testing.T) {
 		p := newProducers(rapid.Bool().Draw(t, "strict"))
 		var model []string // least recently used first
 		keys := make([]string, rapid.IntRange(1, 40).Draw(t, "keys"))
+		format := rapid.SampledFrom(keyFormats).Draw(t, "format")
 		for i := range keys {
-			keys[i] = fmt.Sprint("k", i)
+			keys[i] = fmt.Sprintf(format, i)
 		}
 		for step := range rapid.IntRange(1, 200).Draw(t, "steps") {
 			key := rapid.SampledFrom(keys).Draw(t, "key")
@@ -94,6 +94,89 @@ func TestProducersModel(t *testing.T) {
 	})
 }
 
+// keyFormats are the kinds of keys the table tests use: short keys (hashed
+// whole), OpenWire keys differing at the end (sampled), and keys differing
+// only in the middle, which the sampled hash does not read (they collide
+// and make the table hash whole keys).
+var keyFormats = []string{"k%d", "ID:host-41234-1700000000000-1:1:1:%d", "ID:collide-host-%04d-170000000:1:1:1"}
+
+// TestSampledCollisionsHashWhole adds keys that differ only where the
+// sampled hash does not look: the second one must switch the table to whole
+// keys, and then the keys must spread over the table instead of piling up
+// behind one slot.
+func TestSampledCollisionsHashWhole(t *testing.T) {
+	p := newProducers(false)
+	const n = 1000
+	for i := range n {
+		key := fmt.Sprintf(keyFormats[2], i)
+		if _, ok := p.Get(key); ok {
+			t.Fatalf("%s found before it was added", key)
+		}
+		p.Add(key, new(entry))
+		if p.full != (i > 0) {
+			t.Fatalf("after %d keys the table hashes whole keys: %v", i+1, p.full)
+		}
+	}
+	for i := range n {
+		key := fmt.Sprintf(keyFormats[2], i)
+		if e, ok := p.Get(key); !ok || e.key != key {
+			t.Fatalf("%s not found", key)
+		}
+	}
+	if d := p.maxDisplacement(); d > 64 {
+		t.Fatalf("a key sits %d slots after its home slot: the keys pile up", d)
+	}
+	for range n / 2 {
+		if _, ok := p.RemoveOldest(); !ok {
+			t.Fatal("RemoveOldest found nothing")
+		}
+	}
+	for i := range n {
+		key := fmt.Sprintf(keyFormats[2], i)
+		if _, ok := p.Peek(key); ok != (i >= n/2) {
+			t.Fatalf("%s tracked = %v after the oldest half was removed", key, ok)
+		}
+	}
+	p.Purge()
+	if p.full {
+		t.Fatal("Purge kept the whole-key hash")
+	}
+}
+
+// TestOpenWireKeysStaySampled adds many distinct OpenWire producer keys,
+// of several hosts, connections and sessions: none may make the table fall
+// back to whole-key hashing, and they must spread over the table.
+func TestOpenWireKeysStaySampled(t *testing.T) {
+	p := newProducers(false)
+	for host := range 4 {
+		for conn := range 50 {
+			for prod := range 500 {
+				key := fmt.Sprintf("ID:broker-%d.example.com-%d-1700000000%03d-%d:%d:%d:%d",
+					host, 40000+host, conn, conn%3, conn+1, prod%7+1, prod+1)
+				p.Add(key, new(entry))
+			}
+		}
+	}
+	if p.full {
+		t.Fatal("distinct OpenWire keys had the same sampled hash")
+	}
+	if d := p.maxDisplacement(); d > 64 {
+		t.Fatalf("a key sits %d slots after its home slot: the sampled hash clusters", d)
+	}
+}
+
+// maxDisplacement returns how far the farthest key sits from its home slot.
+func (p *producers) maxDisplacement() uint64 {
+	mask := uint64(len(p.slots) - 1)
+	var d uint64
+	for i, s := range p.slots {
+		if s.e != nil {
+			d = max(d, (uint64(i)-s.h)&mask)
+		}
+	}
+	return d
+}
+
 // TestEvictionOrderMatchesSimplelru runs random checks, rollbacks, reads
 // and snapshots through an Audit and, on the same keys, through golang-lru's
 // simplelru (what the audit used first): both must evict the same producers
@@ -151,22 +234,26 @@ func TestEvictionOrderMatchesSimplelru(t *testing.T) {
 }
 
 // TestShardedHashOnce pins that a shard's table hashes with the Sharded
-// audit's seed, so the one hash Check computes also finds the producer
-// (otherwise every check would fall back to the slow path and hash twice).
+// audit's hasher, so the one hash Check computes also finds the producer
+// (otherwise every check would fall back to the slow path and hash twice),
+// also in a shard whose table has fallen back to whole-key hashes.
 func TestShardedHashOnce(t *testing.T) {
 	s, err := NewSharded(Options{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 200 {
+	for i := range 400 {
 		key := fmt.Sprint("ID:host-1-2-3:1:1:", i)
+		if i >= 200 { // then keys whose sampled hashes collide
+			key = fmt.Sprintf(keyFormats[2], i)
+		}
 		if v := s.CheckKey(key, 1); v != FirstSeen {
 			t.Fatalf("%s: %v", key, v)
 		}
-		h := maphash.String(s.seed, key)
+		h := s.hs.sample(key)
 		sh := &s.shards[s.shardIndex(h)]
 		if _, ok := sh.a.lru.GetHashed(key, h); !ok {
-			t.Fatalf("%s: not found in shard %d with the Sharded seed", key, s.shardIndex(h))
+			t.Fatalf("%s: not found in shard %d with the Sharded hash", key, s.shardIndex(h))
 		}
 	}
 }

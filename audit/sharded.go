@@ -2,7 +2,6 @@ package audit
 
 import (
 	"fmt"
-	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -53,7 +52,7 @@ type shard struct {
 // exactly those of Locked.
 type Sharded struct {
 	shards []shard
-	seed   maphash.Seed
+	hs     hasher
 	budget budget
 	// maxIDLength and onEvict never change after construction.
 	maxIDLength int
@@ -83,7 +82,7 @@ func NewSharded(o Options, shards int) (*Sharded, error) {
 	}
 	s := &Sharded{
 		shards:      make([]shard, shards),
-		seed:        maphash.MakeSeed(),
+		hs:          newHasher(),
 		maxIDLength: cfg.maxIDLength,
 		onEvict:     cfg.onEvict,
 	}
@@ -95,11 +94,11 @@ func NewSharded(o Options, shards int) (*Sharded, error) {
 }
 
 // newShard returns the Audit of a shard. Its table hashes keys with the
-// Sharded audit's seed: one hash of a key picks the shard (high bits, see
+// Sharded audit's hasher: one hash of a key picks the shard (high bits, see
 // shardIndex) and the slot (low bits).
 func (s *Sharded) newShard(cfg config) *Audit {
 	a := newAudit(cfg, &s.budget)
-	a.lru.seed = s.seed
+	a.lru.hs = s.hs
 	return a
 }
 
@@ -127,7 +126,7 @@ func (s *Sharded) shardOf(key string) *shard {
 	if len(s.shards) == 1 {
 		return &s.shards[0]
 	}
-	return &s.shards[s.shardIndex(maphash.String(s.seed, key))]
+	return &s.shards[s.shardIndex(s.hs.sample(key))]
 }
 
 // unlock releases sh and then reports the evictions the call made.
@@ -181,7 +180,7 @@ func (s *Sharded) Check(id string) (Verdict, error) {
 		s.countReject(err, true)
 		return TooOld, err
 	}
-	h := maphash.String(s.seed, key)
+	h := s.hs.sample(key)
 	sh := &s.shards[s.shardIndex(h)]
 	sh.mu.Lock()
 	sh.a.st.checks++
@@ -543,7 +542,7 @@ func (s *Sharded) UnmarshalBinary(data []byte) error {
 	for i, key := range keys {
 		e, _ := fresh.lru.Peek(key)
 		entries[i] = e
-		parts[s.shardIndex(maphash.String(s.seed, key))].lru.Add(key, e)
+		parts[s.shardIndex(s.hs.sample(key))].lru.Add(key, e)
 	}
 	s.lockAll()
 	defer s.unlockAll()
