@@ -25,12 +25,12 @@ import (
 // key with full, whose maphash reads every byte (see producers.Add).
 type hasher struct {
 	seed maphash.Seed
-	k    [4]uint64
+	k    [3]uint64
 }
 
 // newHasher returns a hasher with a random seed and random keys.
 func newHasher() hasher {
-	return hasher{seed: maphash.MakeSeed(), k: [4]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64(), rand.Uint64()}}
+	return hasher{seed: maphash.MakeSeed(), k: [3]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64()}}
 }
 
 // sample hashes the first and the last 16 bytes of s and its length.
@@ -41,9 +41,17 @@ func (hs *hasher) sample(s string) uint64 {
 	}
 	a, b := le64(s[:8]), le64(s[8:16])
 	c, d := le64(s[n-16:n-8]), le64(s[n-8:])
+	// Three keys (so that a shard fits 256 bytes) are as good as four:
+	// the products are equal for all keys only when {a^k0, b^k1} equals
+	// {c^k2, d^k0^n}, which takes k0^k2 or k1^k2 to arrange.
 	h1, l1 := bits.Mul64(a^hs.k[0], b^hs.k[1])
-	h2, l2 := bits.Mul64(c^hs.k[2], d^hs.k[3]^uint64(n))
-	return h1 ^ l1 ^ h2 ^ l2
+	h2, l2 := bits.Mul64(c^hs.k[2], d^hs.k[0]^uint64(n))
+	// A last multiply mixes the two: the low bits of each product depend
+	// only on the low bits of its factors, and keys differ mostly in their
+	// last bytes, the high bytes of d; without it a table's slots (the
+	// hash's low bits) cluster for some keys k.
+	h, l := bits.Mul64(h1^l1^hs.k[1], h2^l2^hs.k[2])
+	return h ^ l
 }
 
 // full hashes every byte of s.

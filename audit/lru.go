@@ -40,19 +40,22 @@ import (
 // The table is allocated by the first Add, so an empty list costs nothing. A
 // producers value may be copied only while empty or when the original is
 // discarded.
+//
+// The fields are packed so that a shard of a Sharded audit (a mutex and an
+// Audit) fits 256 bytes.
 type producers struct {
-	slots []slot // len 0 or a power of two ≥ minSlots
-	n     int
-	hs    hasher
-	// full is set once two keys had the same sampled hash: from then on
-	// the table hashes whole keys (see hasher).
-	full       bool
+	slots      []slot // len 0 or a power of two ≥ minSlots
+	hs         hasher
 	head, tail *entry
-	// lazy is true while lookups only stamp; tick is the last stamp.
+	tick       uint64 // the last stamp of a lazy list
+	n          uint32 // ≤ MaxProducersLimit
+	// lazy is true while lookups only stamp.
 	lazy bool
-	tick uint64
 	// strict keeps the list strict for good (a shard's list).
 	strict bool
+	// full is set once two keys had the same sampled hash: from then on
+	// the table hashes whole keys (see hasher).
+	full bool
 }
 
 // slot is one table slot: e is nil when the slot is free.
@@ -159,12 +162,12 @@ func (p *producers) Peek(key string) (*entry, bool) {
 func (p *producers) Contains(key string) bool { return p.find(key) != nil }
 
 // Len returns the number of producers.
-func (p *producers) Len() int { return p.n }
+func (p *producers) Len() int { return int(p.n) }
 
 // Add inserts e under key as the most recently used. key must not be
 // tracked already.
 func (p *producers) Add(key string, e *entry) {
-	if 2*(p.n+1) > len(p.slots) {
+	if 2*(int(p.n)+1) > len(p.slots) {
 		p.grow()
 	}
 	e.key = key
@@ -221,7 +224,7 @@ func (p *producers) Purge() {
 // Keys returns the keys from the least to the most recently used.
 func (p *producers) Keys() []string {
 	p.sort()
-	keys := make([]string, 0, p.n)
+	keys := make([]string, 0, int(p.n))
 	for e := p.tail; e != nil; e = e.prev {
 		keys = append(keys, e.key)
 	}
@@ -231,7 +234,7 @@ func (p *producers) Keys() []string {
 // Values returns the entries from the least to the most recently used.
 func (p *producers) Values() []*entry {
 	p.sort()
-	es := make([]*entry, 0, p.n)
+	es := make([]*entry, 0, int(p.n))
 	for e := p.tail; e != nil; e = e.prev {
 		es = append(es, e)
 	}
@@ -269,7 +272,7 @@ func (p *producers) sort() {
 	if !p.lazy || p.n < 2 {
 		return
 	}
-	es := make([]*entry, 0, p.n)
+	es := make([]*entry, 0, int(p.n))
 	for e := p.head; e != nil; e = e.next {
 		es = append(es, e)
 	}

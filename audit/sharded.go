@@ -23,10 +23,12 @@ type shardBody struct {
 
 // shard pads a shardBody to a multiple of 128 bytes (two cache lines, the
 // unit of the adjacent-line prefetcher) so that two shards never share a
-// line: their counters are written on every check.
+// line: their counters are written on every check. The padding comes first
+// because a zero-size last field would itself be padded; on 64-bit
+// platforms it is empty (a shardBody is 256 bytes, TestShardSize).
 type shard struct {
+	_ [(128 - unsafe.Sizeof(shardBody{})%128) % 128]byte
 	shardBody
-	_ [128 - unsafe.Sizeof(shardBody{})%128]byte
 }
 
 // Sharded is a message audit safe for concurrent use that scales with
