@@ -1,10 +1,15 @@
 package bench_test
 
 import (
+	"flag"
 	"testing"
 
 	"github.com/acemq/msgaudit/internal/benchkit"
 )
+
+func init() {
+	flag.IntVar(&benchkit.ShardedShards, "shards", 0, "shard count of the sharded target (0: audit.NewSharded's default)")
+}
 
 // BenchmarkCheck runs the full matrix (internal/benchkit.Matrix): ours,
 // the baselines and the floors on every workload, the depth and producer

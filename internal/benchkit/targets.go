@@ -121,8 +121,12 @@ func (t lockedTarget) Check(op *Op) bool {
 
 type shardedTarget struct{ a *audit.Sharded }
 
+// ShardedShards is the shard count of the sharded target: 0, the default,
+// is audit.NewSharded's own default (bench's -shards flag sets it).
+var ShardedShards int
+
 func newSharded(o *Ops) (Target, error) {
-	a, err := audit.NewSharded(auditOptions(o), 0)
+	a, err := audit.NewSharded(auditOptions(o), ShardedShards)
 	return shardedTarget{a}, err
 }
 
