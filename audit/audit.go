@@ -337,6 +337,9 @@ func (a *Audit) evictOldest() {
 		a.pending = append(a.pending, eviction{key: key, recent: recent})
 	}
 	a.spare = e
+	if a.budget != nil && a.budget.dir != nil {
+		a.budget.dir.remove(fingerprint(a.lru.hs.sample(key)))
+	}
 	a.publishOldest()
 }
 

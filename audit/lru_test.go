@@ -252,9 +252,9 @@ func TestShardedHashOnce(t *testing.T) {
 			t.Fatalf("%s: %v", key, v)
 		}
 		h := s.hs.sample(key)
-		sh := &s.shards[s.shardIndex(h)]
+		sh := s.shardFor(h)
 		if _, ok := sh.a.lru.GetHashed(key, h); !ok {
-			t.Fatalf("%s: not found in shard %d with the Sharded hash", key, s.shardIndex(h))
+			t.Fatalf("%s: not found in the shard the directory gives for its hash", key)
 		}
 	}
 }

@@ -32,10 +32,15 @@ type shard struct {
 }
 
 // Sharded is a message audit safe for concurrent use that scales with
-// cores: producers are hashed over independently locked shards, so checks
-// of producers in different shards run in parallel. Every method locks the
-// shard(s) it touches; methods about the whole audit (Len, Stats, Clear,
-// SetDepth, SetMaxProducers, snapshots) lock all shards, in order.
+// cores: producers are spread over independently locked shards, so checks
+// of producers in different shards run in parallel. A new producer is
+// placed in an empty shard near the one its key hashes to, and a directory
+// read without locks finds it there (directory.go), so that while shards
+// outnumber producers no two producers share a shard. Checking a tracked
+// producer locks only its shard; adding or evicting producers also takes
+// the directory's lock, so new producers are added one at a time. Methods
+// about the whole audit (Len, Stats, Clear, SetDepth, SetMaxProducers,
+// snapshots) lock all shards, in order.
 //
 // The producer cap is shared by all shards (the total never exceeds it),
 // so evictions happen exactly when they would in Locked. What differs is
@@ -54,6 +59,8 @@ type shard struct {
 // exactly those of Locked.
 type Sharded struct {
 	shards []shard
+	// dir places producers in shards (nil with one shard).
+	dir    *directory
 	hs     hasher
 	budget budget
 	// maxIDLength and onEvict never change after construction.
@@ -64,10 +71,10 @@ type Sharded struct {
 // NewSharded returns an empty sharded audit with the given number of
 // shards. 0 means the default: four shards per producer of the cap,
 // rounded up to a power of two, at least four per CPU (GOMAXPROCS) and at
-// most MaxShards. Goroutines checking different producers then rarely meet
-// in a shard, so they rarely exchange its cache lines (the mutex, the
+// most MaxShards. Goroutines checking different producers then do not meet
+// in a shard, so they do not exchange its cache lines (the mutex, the
 // counters, the LRU list) and scale with cores; with fewer shards than
-// producers they mostly do not. An empty shard costs 256 bytes (its table
+// producers they share shards. An empty shard costs 256 bytes (its table
 // is allocated with its first producer); a producer in a Sharded audit
 // costs 48 bytes more than in Audit, its entry being padded to whole cache
 // lines.
@@ -87,6 +94,10 @@ func NewSharded(o Options, shards int) (*Sharded, error) {
 		hs:          newHasher(),
 		maxIDLength: cfg.maxIDLength,
 		onEvict:     cfg.onEvict,
+	}
+	if shards > 1 {
+		s.dir = newDirectory(shards)
+		s.budget.dir = s.dir
 	}
 	s.budget.cap.Store(int64(cfg.maxProducers))
 	for i := range s.shards {
@@ -128,7 +139,35 @@ func (s *Sharded) shardOf(key string) *shard {
 	if len(s.shards) == 1 {
 		return &s.shards[0]
 	}
-	return &s.shards[s.shardIndex(s.hs.sample(key))]
+	return s.shardFor(s.hs.sample(key))
+}
+
+// shardFor returns the shard the directory gives for a key whose sampled
+// hash is h, else its hashed shard. Without the directory's lock that is a
+// hint: the caller must find the key there (see directory).
+func (s *Sharded) shardFor(h uint64) *shard {
+	if s.dir != nil {
+		if j, ok := s.dir.lookup(fingerprint(h)); ok {
+			return &s.shards[j]
+		}
+	}
+	return &s.shards[s.shardIndex(h)]
+}
+
+// lockHolder locks and returns the shard that holds key if it is tracked
+// (else its hashed shard). A producer cannot leave a locked shard.
+func (s *Sharded) lockHolder(key string) *shard {
+	sh := s.shardOf(key)
+	sh.mu.Lock()
+	if s.dir == nil || sh.a.lru.Contains(key) {
+		return sh
+	}
+	sh.mu.Unlock()
+	s.dir.mu.Lock()
+	sh = s.shardOf(key) // exact under the directory's lock
+	sh.mu.Lock()
+	s.dir.mu.Unlock()
+	return sh
 }
 
 // unlock releases sh and then reports the evictions the call made.
@@ -183,7 +222,7 @@ func (s *Sharded) Check(id string) (Verdict, error) {
 		return TooOld, err
 	}
 	h := s.hs.sample(key)
-	sh := &s.shards[s.shardIndex(h)]
+	sh := s.shardFor(h)
 	sh.mu.Lock()
 	sh.a.st.checks++
 	if e, found := sh.a.lru.GetHashed(key, h); found {
@@ -196,6 +235,10 @@ func (s *Sharded) Check(id string) (Verdict, error) {
 		return v, nil
 	}
 	sh.a.st.checks--
+	if s.dir != nil {
+		sh.mu.Unlock()
+		return s.checkPlaced(key, seq, h), nil
+	}
 	v := s.checkLocked(sh, key, seq)
 	s.unlock(sh)
 	return v, nil
@@ -204,10 +247,39 @@ func (s *Sharded) Check(id string) (Verdict, error) {
 // CheckKey is Audit.CheckKey; only the producer's shard is locked (and,
 // when a new producer needs room, other shards are tried without waiting).
 func (s *Sharded) CheckKey(key string, seq uint64) Verdict {
-	sh := s.shardOf(key)
+	h := s.hs.sample(key)
+	sh := s.shardFor(h)
 	sh.mu.Lock()
+	if s.dir != nil && !sh.a.lru.Contains(key) {
+		sh.mu.Unlock()
+		return s.checkPlaced(key, seq, h)
+	}
 	v := s.checkLocked(sh, key, seq)
 	s.unlock(sh)
+	return v
+}
+
+// checkPlaced checks (key, seq), whose sampled hash is h, under the
+// directory's lock: in the shard that holds the producer, or, for a new
+// one, in the shard the directory places it in (then recorded there).
+func (s *Sharded) checkPlaced(key string, seq uint64, h uint64) Verdict {
+	d := s.dir
+	f := fingerprint(h)
+	d.mu.Lock()
+	j := d.place(f, int(s.shardIndex(h)))
+	sh := &s.shards[j]
+	sh.mu.Lock()
+	had := sh.a.lru.Contains(key)
+	v := s.checkLocked(sh, key, seq)
+	if !had && sh.a.lru.Contains(key) {
+		d.add(f, j)
+	}
+	evs := sh.a.takePending()
+	sh.mu.Unlock()
+	d.mu.Unlock()
+	if len(evs) != 0 {
+		report(s.onEvict, evs)
+	}
 	return v
 }
 
@@ -345,8 +417,7 @@ func (s *Sharded) Rollback(id string) error {
 
 // RollbackKey is Audit.RollbackKey; only the producer's shard is locked.
 func (s *Sharded) RollbackKey(key string, seq uint64) {
-	sh := s.shardOf(key)
-	sh.mu.Lock()
+	sh := s.lockHolder(key)
 	sh.a.RollbackKey(key, seq)
 	sh.mu.Unlock()
 }
@@ -358,8 +429,7 @@ func (s *Sharded) IsInOrder(id string) (bool, error) {
 		s.countReject(err, false)
 		return false, err
 	}
-	sh := s.shardOf(key)
-	sh.mu.Lock()
+	sh := s.lockHolder(key)
 	defer sh.mu.Unlock()
 	e, ok := sh.a.lru.Get(key)
 	if !ok {
@@ -371,8 +441,7 @@ func (s *Sharded) IsInOrder(id string) (bool, error) {
 
 // LastSeq is Audit.LastSeq; only the producer's shard is locked.
 func (s *Sharded) LastSeq(key string) (uint64, bool) {
-	sh := s.shardOf(key)
-	sh.mu.Lock()
+	sh := s.lockHolder(key)
 	defer sh.mu.Unlock()
 	return sh.a.LastSeq(key)
 }
@@ -389,13 +458,32 @@ func (s *Sharded) inFlight() int64 {
 
 // Clear forgets every producer; the counters are kept.
 func (s *Sharded) Clear() {
+	s.lockDir()
+	defer s.unlockDir()
 	s.lockAll()
 	f := s.inFlight()
 	for i := range s.shards {
 		s.shards[i].a.Clear()
 	}
+	if s.dir != nil {
+		s.dir.reset()
+	}
 	s.budget.inUse.Store(f)
 	s.unlockAll()
+}
+
+// lockDir locks the directory, if there is one, before shards are locked
+// to add or remove producers.
+func (s *Sharded) lockDir() {
+	if s.dir != nil {
+		s.dir.mu.Lock()
+	}
+}
+
+func (s *Sharded) unlockDir() {
+	if s.dir != nil {
+		s.dir.mu.Unlock()
+	}
 }
 
 // Len returns the number of producers tracked (all shards locked).
@@ -449,6 +537,8 @@ func (s *Sharded) SetMaxProducers(n int) error {
 	if err != nil {
 		return err
 	}
+	s.lockDir()
+	defer s.unlockDir()
 	s.lockAll()
 	defer s.unlockAll()
 	s.budget.cap.Store(int64(n))
@@ -539,12 +629,23 @@ func (s *Sharded) UnmarshalBinary(data []byte) error {
 	for i := range parts {
 		parts[i] = s.newShard(fresh.cfg)
 	}
+	s.lockDir()
+	defer s.unlockDir()
+	if s.dir != nil {
+		s.dir.reset() // readers fall back to the lock, which is held
+	}
 	keys := fresh.lru.Keys()
 	entries := make([]*entry, len(keys))
 	for i, key := range keys {
 		e, _ := fresh.lru.Peek(key)
 		entries[i] = e
-		parts[s.shardIndex(s.hs.sample(key))].lru.Add(key, e)
+		h := s.hs.sample(key)
+		j := int(s.shardIndex(h))
+		if s.dir != nil {
+			j = s.dir.place(fingerprint(h), j)
+			s.dir.add(fingerprint(h), j)
+		}
+		parts[j].lru.Add(key, e)
 	}
 	s.lockAll()
 	defer s.unlockAll()

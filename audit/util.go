@@ -23,7 +23,10 @@ type budget struct {
 	inUse atomic.Int64
 	cap   atomic.Int64
 	clock atomic.Uint64
-	_     [64]byte
+	// dir is the Sharded audit's directory (nil with one shard): an
+	// evicted producer is removed from it.
+	dir *directory
+	_   [64]byte
 }
 
 // take reserves a slot if one is free.
