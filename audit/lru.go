@@ -99,7 +99,7 @@ func (p *producers) findHashed(key string, h uint64) *entry {
 		if s.e == nil {
 			return nil
 		}
-		if s.h == h && s.e.key == key {
+		if s.h == h && sameKey(s.e.key, key) {
 			return s.e
 		}
 	}
