@@ -16,9 +16,9 @@
 //   - Locked wraps an Audit in one sync.Mutex; every method, reads included,
 //     holds it (ActiveMQ leaves rollback(String), getLastSeqId and clear
 //     unlocked).
-//   - Sharded hashes producers over independently locked shards so checks
-//     of different producers run in parallel; see Sharded for how its LRU
-//     order differs.
+//   - Sharded places producers in independently locked shards, one per
+//     shard while shards outnumber producers, so checks of different
+//     producers run in parallel; see Sharded for how its LRU order differs.
 //
 // Locked and Sharded call Options.OnEvict after releasing their locks (the
 // evictions are buffered under the lock, as golang-lru does); Audit calls it
