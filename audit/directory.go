@@ -62,31 +62,27 @@ func fingerprint(h uint64) uint64 { return h | 1 }
 // answer is a hint (see directory).
 func (d *directory) lookup(f uint64) (uint32, bool) {
 	t := d.tab.Load()
-	mask := uint64(len(t.fps) - 1)
-	i := f & mask
-	for range len(t.fps) {
-		switch t.fps[i].Load() {
-		case 0:
-			return 0, false
-		case f:
-			return t.shards[i].Load(), true
-		}
-		i = (i + 1) & mask
+	if i := t.find(f); i >= 0 {
+		return t.shards[i].Load(), true
 	}
 	return 0, false
 }
 
-// find returns the slot of f in t, or -1. Under mu.
+// find returns the slot of f in t, or -1. Without mu it looks at every
+// slot at most once, as a writer may be moving entries.
 func (t *dirTable) find(f uint64) int {
 	mask := uint64(len(t.fps) - 1)
-	for i := f & mask; ; i = (i + 1) & mask {
+	i := f & mask
+	for range len(t.fps) {
 		switch t.fps[i].Load() {
 		case 0:
 			return -1
 		case f:
 			return int(i)
 		}
+		i = (i + 1) & mask
 	}
+	return -1
 }
 
 // place returns the shard for a new producer of fingerprint f whose hashed
