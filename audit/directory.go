@@ -59,30 +59,36 @@ func newDirTable(size int) *dirTable {
 func fingerprint(h uint64) uint64 { return h | 1 }
 
 // lookup returns the shard recorded for fingerprint f. Without mu the
-// answer is a hint (see directory).
+// answer is a hint (see directory). It probes by itself rather than
+// through find, which would take it over the inlining budget of
+// Sharded.shardFor, on every check's path.
 func (d *directory) lookup(f uint64) (uint32, bool) {
 	t := d.tab.Load()
-	if i := t.find(f); i >= 0 {
-		return t.shards[i].Load(), true
+	mask := uint64(len(t.fps) - 1)
+	i := f & mask
+	for range len(t.fps) {
+		switch t.fps[i].Load() {
+		case 0:
+			return 0, false
+		case f:
+			return t.shards[i].Load(), true
+		}
+		i = (i + 1) & mask
 	}
 	return 0, false
 }
 
-// find returns the slot of f in t, or -1. Without mu it looks at every
-// slot at most once, as a writer may be moving entries.
+// find returns the slot of f in t, or -1. Under mu.
 func (t *dirTable) find(f uint64) int {
 	mask := uint64(len(t.fps) - 1)
-	i := f & mask
-	for range len(t.fps) {
+	for i := f & mask; ; i = (i + 1) & mask {
 		switch t.fps[i].Load() {
 		case 0:
 			return -1
 		case f:
 			return int(i)
 		}
-		i = (i + 1) & mask
 	}
-	return -1
 }
 
 // place returns the shard for a new producer of fingerprint f whose hashed
