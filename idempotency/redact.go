@@ -11,9 +11,3 @@ import "github.com/acemq/msgaudit/internal/redact"
 // textually the same way, erring towards masking too much, so the result
 // is safe to put in an error or a log line either way.
 func RedactURL(rawURL string) string { return redact.URL(rawURL) }
-
-// redacted replaces a secret in redactError's result.
-const redacted = redact.Mask
-
-// isSecretParam reports whether a query parameter name holds a secret.
-func isSecretParam(name string) bool { return redact.IsSecretParam(name) }

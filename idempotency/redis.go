@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/acemq/msgaudit/internal/redact"
 )
 
 // Values stored under a Redis key. A claim is "h:" followed by the owner
@@ -443,74 +445,10 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// redactedError carries an error whose text had a URL's password removed.
-// Unwrap still reaches the original error so errors.Is and errors.As work;
-// only its text is replaced.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// redactError returns err with every secret of rawURL replaced: the
-// userinfo password and the values of secret query parameters (password=,
-// sslpassword=, ... as RedactURL knows them), each raw and percent-encoded.
-// No error built from a connection attempt can print them then. A URL
-// without secrets returns err unchanged.
+// redactError returns err with every secret of rawURL replaced (the
+// userinfo password and the values of secret query parameters, each raw and
+// URL-escaped; see redact.URLSecrets), so no error built from a connection
+// attempt can print them. Unwrap still reaches err.
 func redactError(err error, rawURL string) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	changed := false
-	for _, sec := range urlSecrets(rawURL) {
-		userinfo := strings.TrimPrefix(url.UserPassword("", sec).String(), ":")
-		for _, form := range []string{sec, url.PathEscape(sec), url.QueryEscape(sec), userinfo} {
-			if form != "" && strings.Contains(msg, form) {
-				msg = strings.ReplaceAll(msg, form, redacted)
-				changed = true
-			}
-		}
-	}
-	if !changed {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
-}
-
-// urlSecrets lists the secrets in rawURL: the userinfo password (decoded and
-// as written) and the values of secret query parameters. An unparsable URL
-// yields the userinfo password as written.
-func urlSecrets(rawURL string) []string {
-	var secrets []string
-	if u, err := url.Parse(rawURL); err == nil {
-		if u.User != nil {
-			if p, ok := u.User.Password(); ok && p != "" {
-				secrets = append(secrets, p)
-			}
-		}
-		if q, err := url.ParseQuery(u.RawQuery); err == nil {
-			for name, vals := range q {
-				if isSecretParam(name) {
-					for _, v := range vals {
-						if v != "" {
-							secrets = append(secrets, v)
-						}
-					}
-				}
-			}
-		}
-	}
-	// The userinfo password as written, escapes and all; for an unparsable
-	// URL the only form known.
-	if _, rest, ok := strings.Cut(rawURL, "://"); ok {
-		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-			if _, pw, ok := strings.Cut(rest[:at], ":"); ok && pw != "" {
-				secrets = append(secrets, pw)
-			}
-		}
-	}
-	return secrets
+	return redact.New(redact.URLSecrets(rawURL)...).Error(err)
 }
