@@ -156,6 +156,22 @@ func roundTrip(t *testing.T, c net.Conn, line string) {
 	}
 }
 
+// forEachMode runs f as a parallel subtest through a plain and through a
+// TLS proxy, with the server and client TLS configs of each (nil: plain).
+func forEachMode(t *testing.T, f func(t *testing.T, srv, cli *tls.Config)) {
+	t.Helper()
+	srv, cli := selfSigned(t)
+	for _, mode := range []struct {
+		name     string
+		srv, cli *tls.Config
+	}{{"plain", nil, nil}, {"tls", srv, cli}} {
+		t.Run("mode="+mode.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, mode.srv, mode.cli)
+		})
+	}
+}
+
 // expectClosed reads from c and wants EOF or a reset, not data.
 func expectClosed(t *testing.T, c net.Conn) {
 	t.Helper()
@@ -167,75 +183,53 @@ func expectClosed(t *testing.T, c net.Conn) {
 
 func TestForward(t *testing.T) {
 	t.Parallel()
-	srv, cli := selfSigned(t)
-	for _, tc := range []struct {
-		name string
-		srv  *tls.Config
-		cli  *tls.Config
-	}{
-		{"plain", nil, nil},
-		{"tls", srv, cli},
-	} {
-		t.Run("mode="+tc.name, func(t *testing.T) {
-			t.Parallel()
-			up := newEchoServer(t)
-			p := newProxy(t, up.Addr(), tcpproxy.Options{TLS: tc.srv})
-			a, b := dial(t, p.Addr(), tc.cli), dial(t, p.Addr(), tc.cli)
-			roundTrip(t, a, "hello")
-			roundTrip(t, b, "world")
-			roundTrip(t, a, "again")
-			if got := p.Live(); got != 2 {
-				t.Errorf("Live = %d, want 2", got)
-			}
-			if got := up.Accepted(); got != 2 {
-				t.Errorf("upstream accepted %d connections, want 2", got)
-			}
-		})
-	}
+	forEachMode(t, func(t *testing.T, srv, cli *tls.Config) {
+		up := newEchoServer(t)
+		p := newProxy(t, up.Addr(), tcpproxy.Options{TLS: srv})
+		a, b := dial(t, p.Addr(), cli), dial(t, p.Addr(), cli)
+		roundTrip(t, a, "hello")
+		roundTrip(t, b, "world")
+		roundTrip(t, a, "again")
+		if got := p.Live(); got != 2 {
+			t.Errorf("Live = %d, want 2", got)
+		}
+		if got := up.Accepted(); got != 2 {
+			t.Errorf("upstream accepted %d connections, want 2", got)
+		}
+	})
 }
 
 func TestCutClosesBothSides(t *testing.T) {
 	t.Parallel()
-	srv, cli := selfSigned(t)
-	for _, tc := range []struct {
-		name string
-		srv  *tls.Config
-		cli  *tls.Config
-	}{
-		{"plain", nil, nil},
-		{"tls", srv, cli},
-	} {
-		t.Run("mode="+tc.name, func(t *testing.T) {
-			t.Parallel()
-			up := newEchoServer(t)
-			p := newProxy(t, up.Addr(), tcpproxy.Options{TLS: tc.srv})
-			const n = 3
-			conns := make([]net.Conn, n)
-			for i := range conns {
-				conns[i] = dial(t, p.Addr(), tc.cli)
-				roundTrip(t, conns[i], "before")
-			}
-			if got := p.Cut(); got != n {
-				t.Errorf("Cut = %d, want %d", got, n)
-			}
-			if got := p.Live(); got != 0 {
-				t.Errorf("Live after Cut = %d, want 0", got)
-			}
-			for _, c := range conns {
-				expectClosed(t, c)
-			}
-			// Every upstream handler saw its connection close.
-			up.waitUpstreamClosed(t)
-			if got := p.Cut(); got != 0 {
-				t.Errorf("second Cut = %d, want 0", got)
-			}
-			// The proxy still forwards new connections.
-			roundTrip(t, dial(t, p.Addr(), tc.cli), "after")
-			if got := p.Live(); got != 1 {
-				t.Errorf("Live = %d, want 1", got)
-			}
-		})
-	}
+	forEachMode(t, func(t *testing.T, srv, cli *tls.Config) {
+		up := newEchoServer(t)
+		p := newProxy(t, up.Addr(), tcpproxy.Options{TLS: srv})
+		const n = 3
+		conns := make([]net.Conn, n)
+		for i := range conns {
+			conns[i] = dial(t, p.Addr(), cli)
+			roundTrip(t, conns[i], "before")
+		}
+		if got := p.Cut(); got != n {
+			t.Errorf("Cut = %d, want %d", got, n)
+		}
+		if got := p.Live(); got != 0 {
+			t.Errorf("Live after Cut = %d, want 0", got)
+		}
+		for _, c := range conns {
+			expectClosed(t, c)
+		}
+		// Every upstream handler saw its connection close.
+		up.waitUpstreamClosed(t)
+		if got := p.Cut(); got != 0 {
+			t.Errorf("second Cut = %d, want 0", got)
+		}
+		// The proxy still forwards new connections.
+		roundTrip(t, dial(t, p.Addr(), cli), "after")
+		if got := p.Live(); got != 1 {
+			t.Errorf("Live = %d, want 1", got)
+		}
+	})
 }
 
 func TestSetDown(t *testing.T) {
