@@ -18,8 +18,16 @@ type entry struct {
 	// The window first: its fields that a check reads fill the first 64
 	// bytes. Then what every check also touches: the key (compared on a
 	// hash match) and the two stamps; the links last (a strict list only).
-	bin     bitsetbin.Bin
+	bin bitsetbin.Bin
+	// key is the producer key. One of up to len(kb) bytes (OpenWire keys
+	// are 35 to 48 as a rule) is held in kb, so that a lookup compares it
+	// in the entry's own lines, without loading key's pointer first, and
+	// the key costs no allocation of its own; key then points into kb
+	// (setKey). So an entry must never be copied, and key is cloned
+	// before it leaves the audit (OnEvict), since a spare entry's kb is
+	// overwritten.
 	key     string
+	kb      [inlineKey]byte
 	touched uint64
 	// order is, in a lazy list, the tick of the last lookup (lru.go); in
 	// a shard of a Sharded audit, the epoch that orders producers across
@@ -27,6 +35,22 @@ type entry struct {
 	// after the k-th insert (see budget.clock).
 	order      uint64
 	prev, next *entry // towards the most / least recently used (lru.go)
+}
+
+// inlineKey is the longest key an entry holds in itself.
+const inlineKey = 48
+
+// setKey makes a copy of key the entry's key, in the entry when it fits
+// there and a clone otherwise (key is usually a substring of the caller's
+// id, which the audit must not pin), and returns the copy.
+func (e *entry) setKey(key string) string {
+	if len(key) <= len(e.kb) && len(key) > 0 {
+		copy(e.kb[:], key)
+		e.key = unsafe.String(&e.kb[0], len(key))
+	} else {
+		e.key = strings.Clone(key)
+	}
+	return e.key
 }
 
 // paddedEntry is an entry rounded up to a multiple of 64 bytes. Shards of
@@ -302,9 +326,7 @@ func (a *Audit) insert(key string, token bool) *entry {
 	if a.budget != nil {
 		e.order = a.budget.clock.Add(2)
 	}
-	// key is usually a substring of the caller's id: clone it so the audit
-	// does not pin the caller's buffer.
-	a.lru.Add(strings.Clone(key), e)
+	a.lru.Add(key, e)
 	if a.lru.Len() == 1 {
 		a.publishOldest()
 	}
@@ -334,7 +356,8 @@ func (a *Audit) evictOldest() {
 		a.st.recentEvic++
 	}
 	if a.cfg.onEvict != nil {
-		a.pending = append(a.pending, eviction{key: key, recent: recent})
+		// The entry's kb is reused: the hook gets a key of its own.
+		a.pending = append(a.pending, eviction{key: strings.Clone(key), recent: recent})
 	}
 	a.spare = e
 	if a.budget != nil && a.budget.dir != nil {

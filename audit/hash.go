@@ -63,27 +63,3 @@ func le64(b string) uint64 {
 	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
 		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
-
-// sameKey reports whether a == b. A lookup compares the key it was given
-// with the key of the entry whose hash matched: for keys of 16 to 48 bytes
-// (OpenWire producer keys are 35 to 48 as a rule) up to six overlapping
-// word compares do it without a call; longer and shorter keys go to the
-// runtime's memequal.
-func sameKey(a, b string) bool {
-	n := len(a)
-	if n != len(b) {
-		return false
-	}
-	if n < 16 || n > 48 {
-		return a == b
-	}
-	// [0, 16) and [n-16, n); for n > 32 also [16, 24) and [n-24, n-16),
-	// which cover [16, n-16) since n-24 ≤ 24.
-	// (^ and | bind alike in Go: the parentheses are needed.)
-	x := (le64(a[:8]) ^ le64(b[:8])) | (le64(a[8:16]) ^ le64(b[8:16])) |
-		(le64(a[n-16:n-8]) ^ le64(b[n-16:n-8])) | (le64(a[n-8:]) ^ le64(b[n-8:]))
-	if n > 32 {
-		x |= (le64(a[16:24]) ^ le64(b[16:24])) | (le64(a[n-24:n-16]) ^ le64(b[n-24:n-16]))
-	}
-	return x == 0
-}
