@@ -271,6 +271,15 @@ func TestShardSize(t *testing.T) {
 	}
 }
 
+// TestPaddedEntrySize checks that a shard's entries are whole pairs of
+// cache lines, whatever the size of an entry (Sharded's scaling depends on
+// it).
+func TestPaddedEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(paddedEntry{}); n%128 != 0 || n-unsafe.Sizeof(entry{}) >= 128 {
+		t.Fatalf("a padded entry is %d bytes, an entry %d", n, unsafe.Sizeof(entry{}))
+	}
+}
+
 // TestSampledHashSpreads fills 1000 tables, each with its own random keys,
 // with 64 OpenWire producer keys that differ in one number (at the end, in
 // the middle of the sampled tail, at the start), and counts the tables
