@@ -53,20 +53,29 @@ func (e *entry) setKey(key string) string {
 	return e.key
 }
 
-// paddedEntry is an entry rounded up to a multiple of 128 bytes (two
-// cache lines, the unit of the adjacent-line prefetcher, as for shards).
-// Shards of a Sharded audit allocate these, so that the allocator places
-// entries on 128-byte boundaries and goroutines checking producers of
-// different shards never write to the same line or line pair (padded to 64
-// bytes only, two goroutines checked at 1.1 to 1.3 times the rate of one,
-// against 1.3 to 1.6 padded to 128). An unsynchronized audit does not pay
-// for it. The padding comes first: a zero-sized last field would make Go
-// pad the struct by a word (so that its address stays inside), which took
-// an entry of 192 bytes to 200, and its allocation across lines.
+// paddedEntry is an entry padded to paddedEntrySize bytes. Shards of a
+// Sharded audit allocate these, so that goroutines checking producers of
+// different shards never write to the same cache line or 128-byte line
+// pair (the adjacent-line prefetcher's unit): the allocator places them on
+// 128-byte boundaries, the padding first and the entry's 192 bytes last.
+// An unsynchronized audit does not pay for it. A zero-sized last field
+// would make Go pad the struct by a word (so that its address stays
+// inside), which took an entry of 192 bytes to 200 and its allocation
+// across lines; hence the padding comes first.
 type paddedEntry struct {
-	_ [(128 - unsafe.Sizeof(entry{})%128) % 128]byte
+	_ [paddedEntrySize - unsafe.Sizeof(entry{})]byte // fails to compile if an entry outgrows it
 	entry
 }
+
+// paddedEntrySize is a shard entry's size: three 128-byte units. How far
+// apart the entries of different goroutines' producers lie moves Sharded's
+// scaling more than expected, and not monotonically. Medians of
+// bench/scaling.sh (two goroutines against one, 6 processes each) on a
+// 2-core AMD EPYC VM, by entry size: 192 B 1.15×, 256 B 1.21–1.32×, 384 B
+// 1.55–1.73×, 640 B 1.26×, 1024 B 1.60×; 512 B ran two goroutines slower
+// than one in alternating runs. Why is not known; 384 is the smallest of
+// the sizes that scaled.
+const paddedEntrySize = 384
 
 // newEntry returns an entry with an unanchored window of depth d (the ring
 // is allocated by the first Mark), padded when it is for a shard.

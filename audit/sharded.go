@@ -76,8 +76,8 @@ type Sharded struct {
 // counters, the LRU list) and scale with cores; with fewer shards than
 // producers they share shards. An empty shard costs 256 bytes (its table
 // is allocated with its first producer); a producer in a Sharded audit
-// costs 64 bytes more than in Audit, its entry being padded from 192 to 256
-// bytes (whole 128-byte units, see paddedEntry).
+// costs 192 bytes more than in Audit, its entry being padded from 192 to
+// 384 bytes (whole 128-byte units, see paddedEntry).
 func NewSharded(o Options, shards int) (*Sharded, error) {
 	cfg, err := o.config()
 	if err != nil {
