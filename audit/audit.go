@@ -44,7 +44,7 @@ const inlineKey = 48
 // there and a clone otherwise (key is usually a substring of the caller's
 // id, which the audit must not pin), and returns the copy.
 func (e *entry) setKey(key string) string {
-	if len(key) <= len(e.kb) && len(key) > 0 {
+	if len(key) <= len(e.kb) {
 		copy(e.kb[:], key)
 		e.key = unsafe.String(&e.kb[0], len(key))
 	} else {
