@@ -57,3 +57,21 @@ func FuzzKeyCompare(f *testing.F) {
 		}
 	})
 }
+
+// TestLookupHashIsSample checks that lookup's written-out hash is
+// hasher.sample's: each key is filed only in the slot sample gives it, with
+// sample's hash, and must be found there, for every key length up to 100.
+func TestLookupHashIsSample(t *testing.T) {
+	for n := 16; n <= 100; n++ {
+		key := strings.Repeat("ID:host-41234-1700000000000-1:1:1:987654321", 3)[:n]
+		p := newProducers(false)
+		e := newEntry(64, false)
+		p.Add(key, e)
+		h := p.hs.sample(key)
+		clear(p.slots)
+		p.slots[h&uint64(len(p.slots)-1)] = slot{h: h, e: e}
+		if p.find(key) != e {
+			t.Fatalf("len %d: lookup does not find a key filed under its sampled hash", n)
+		}
+	}
+}
