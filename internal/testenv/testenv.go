@@ -1,7 +1,9 @@
 // Package testenv holds the one rule msgaudit's tests follow for the real
 // services they need (Redis, PostgreSQL, RabbitMQ, ActiveMQ, a redis-server
-// binary): outside CI a missing service skips the test with a message that
-// says how to get it; under CI=true it fails the test, never a silent skip.
+// binary): when services are required — under CI=true, and under
+// scripts/test, which sets MSGAUDIT_REQUIRE_SERVICES=1 — a missing service
+// fails the test; elsewhere (a plain go test) it skips the test with a
+// message that says how to get the service.
 package testenv
 
 import (
@@ -9,29 +11,37 @@ import (
 	"testing"
 )
 
-// InCI reports whether the tests run in CI (CI=true).
-func InCI() bool { return os.Getenv("CI") == "true" }
+// How tells a reader how to get the services the tests use.
+const How = `eval "$(./scripts/services)" starts them and exports the variables; the README lists them`
 
-// Require does nothing when ok; otherwise it fails t under CI=true and
-// skips it elsewhere, saying what is missing and how to get it.
+// Strict reports whether a missing service is a test failure: CI=true or
+// MSGAUDIT_REQUIRE_SERVICES=1.
+func Strict() bool {
+	return os.Getenv("CI") == "true" || os.Getenv("MSGAUDIT_REQUIRE_SERVICES") == "1"
+}
+
+// InCI reports whether missing services fail tests; it is Strict.
+func InCI() bool { return Strict() }
+
+// Require does nothing when ok; otherwise it fails t when Strict and skips
+// it elsewhere, saying what is missing and how to get it.
 func Require(t testing.TB, ok bool, missing, how string) {
 	t.Helper()
 	if ok {
 		return
 	}
-	if InCI() {
-		t.Fatalf("%s (CI=true: it is required)", missing)
+	if Strict() {
+		t.Fatalf("%s (services are required under CI=true and scripts/test; %s)", missing, how)
 		return
 	}
 	t.Skipf("%s: skipping (%s)", missing, how)
 }
 
-// Getenv returns the environment variable name, or skips (fails in CI) the
-// test when it is unset; what names the service it points to.
+// Getenv returns the environment variable name, or skips (fails when
+// Strict) the test when it is unset; what names the service it points to.
 func Getenv(t testing.TB, name, what string) string {
 	t.Helper()
 	v := os.Getenv(name)
-	Require(t, v != "", name+" is not set ("+what+")",
-		`eval "$(../shared/ci/services-up)" exports it`)
+	Require(t, v != "", name+" is not set ("+what+")", How)
 	return v
 }

@@ -17,9 +17,14 @@ func (r *recorder) Fatalf(format string, a ...any) { r.fatal = format }
 func (r *recorder) Skipf(format string, a ...any)  { r.skip = format }
 
 func TestRequire(t *testing.T) {
-	for _, ci := range []string{"true", ""} {
-		t.Run("CI="+ci, func(t *testing.T) {
-			t.Setenv("CI", ci)
+	for _, env := range []struct{ ci, require string }{{"true", ""}, {"", "1"}, {"", ""}} {
+		ci := "true"
+		if env.ci == "" && env.require == "" {
+			ci = ""
+		}
+		t.Run("CI="+env.ci+",REQUIRE="+env.require, func(t *testing.T) {
+			t.Setenv("CI", env.ci)
+			t.Setenv("MSGAUDIT_REQUIRE_SERVICES", env.require)
 			r := &recorder{TB: t}
 			testenv.Require(r, true, "x", "y")
 			if r.fatal != "" || r.skip != "" {
@@ -42,6 +47,7 @@ func TestGetenv(t *testing.T) {
 		t.Fatalf("Getenv = %q", got)
 	}
 	t.Setenv("CI", "true")
+	t.Setenv("MSGAUDIT_REQUIRE_SERVICES", "")
 	t.Setenv("MSGAUDIT_TESTENV_PROBE", "")
 	r := &recorder{TB: t}
 	testenv.Getenv(r, "MSGAUDIT_TESTENV_PROBE", "probe")
