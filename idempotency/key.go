@@ -51,12 +51,12 @@ func (k Key) StorageKey(max int) string {
 	return HashedKeyPrefix + hex.EncodeToString(sum[:])
 }
 
-// rawKey is the injective join of namespace and ID described at StorageKey.
 // nsEscaper escapes a namespace for rawKey. A Replacer is safe for
 // concurrent use; building one per call cost every delivery an allocation,
 // because destinations ("/queue/orders") always contain a slash.
 var nsEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
 
+// rawKey is the injective join of namespace and ID described at StorageKey.
 func (k Key) rawKey() string {
 	ns := k.Namespace
 	if strings.ContainsAny(ns, "%/") {
