@@ -316,11 +316,12 @@ func TestTLSSystemRootsRejectSelfSigned(t *testing.T) {
 	}
 }
 
-// TestLogin runs against a broker that requires logins. The shared test
-// broker runs without authentication, so this test needs one started with
-// ACTIVEMQ_TEST_AUTH=user:password (../shared/brokers/activemq restart)
-// and MSGAUDIT_STOMP_AUTH set to the same user:password; CI runs it in a
-// separate step that restarts the broker that way. Without the variable it
+// TestLogin runs against a broker that requires logins. The test broker
+// runs without authentication, so this test needs one restarted with
+// ACTIVEMQ_TEST_AUTH=user:password (the services kit's brokers/activemq
+// restart, see the README) and MSGAUDIT_STOMP_AUTH set to the same
+// user:password; scripts/test runs it in a separate step that restarts the
+// broker that way. Without the variable it
 // is skipped, also in CI.
 func TestLogin(t *testing.T) {
 	addr := stompAddr(t)

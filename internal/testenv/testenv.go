@@ -32,6 +32,6 @@ func Getenv(t testing.TB, name, what string) string {
 	t.Helper()
 	v := os.Getenv(name)
 	Require(t, v != "", name+" is not set ("+what+")",
-		`eval "$(../shared/ci/services-up)" exports it`)
+		"scripts/test exports it from a services kit; see the README")
 	return v
 }
