@@ -1,6 +1,7 @@
 // Package audit is msgaudit's message audit: ActiveMQ Classic's client-side
-// duplicate detection (ActiveMQMessageAudit, see
-// shared/reference/activemq-audit.md §2) without its holes. It keeps an LRU
+// duplicate detection (ActiveMQMessageAudit and ActiveMQMessageAuditNoSync)
+// without its holes; docs/activemq-compatibility.md in the repository lists
+// every difference from ActiveMQ and the test that pins it. It keeps an LRU
 // of producer keys (a map and a list threaded through the entries, with
 // golang-lru simplelru's semantics; see below), each with a sliding window of
 // sequence numbers (bitsetbin.Bin). An id is "<producer key>:<sequence>"
@@ -39,27 +40,31 @@
 // # Differences from ActiveMQ
 //
 //   - Malformed ids (no colon, empty key or sequence, signs, spaces, leading
-//     zeros, overflow; row A5, A6) and ids longer than MaxIDLength are errors,
-//     counted, and create no producer entry, so garbage cannot evict real
-//     producers.
+//     zeros, overflow) and ids longer than MaxIDLength are errors, counted,
+//     and create no producer entry, so garbage cannot evict real producers
+//     (ActiveMQ creates the entry, then throws or answers "not a
+//     duplicate").
 //   - TooOld is its own verdict; IsDuplicate reports only Duplicate as true,
 //     which fails open like ActiveMQ.
-//   - Rollback never creates a producer and never slides a window (row 21);
-//     LastSeq is the true highest recorded sequence and a pure read.
+//   - Rollback never creates a producer and never slides a window (ActiveMQ's
+//     rollback of a sequence above the window slides it and wipes its
+//     history); LastSeq is the true highest recorded sequence and a pure
+//     read.
 //   - SetDepth resizes the windows of existing producers without clearing
-//     them (row A14 fixed); SetMaxProducers keeps the most recently used
-//     producers when shrinking (AMQ-4233).
-//   - MaxProducers 0 means the default (64), not "track nothing" (row A9).
+//     them (ActiveMQ's setAuditDepth applies only to producers seen
+//     afterwards); SetMaxProducers keeps the most recently used producers
+//     when shrinking, as ActiveMQ does since AMQ-4233.
+//   - MaxProducers 0 means the default (64), not "track nothing".
 //   - Evictions are counted, and evictions of recently active producers
 //     separately (RecentEvictions), so a producer-key flood is visible.
 //   - MarshalBinary/UnmarshalBinary snapshot the whole audit (producers in
 //     LRU order with their windows) in a versioned, checksummed format; a
 //     corrupt snapshot is an error wrapping ErrCorrupt and changes nothing.
 //
-// # Deviation from the API contract
+// # Naming
 //
-// The contract names both the constructor New and the verdict constant New;
-// one package cannot declare both. The constructor keeps the name New (like
-// NewLocked and NewSharded) and the verdict is FirstSeen, the same value as
+// One package cannot declare both a constructor New and a verdict constant
+// New. The constructor keeps the name New (like NewLocked and NewSharded)
+// and the verdict for a first sighting is FirstSeen, the same value as
 // bitsetbin.New. Stats.New counts it.
 package audit

@@ -12,8 +12,9 @@ type Verdict = bitsetbin.Verdict
 
 const (
 	// FirstSeen (bitsetbin.New) means the id was not seen before (or was
-	// rolled back) and is now recorded. The contract's name New is taken
-	// by the constructor New; see the package documentation.
+	// rolled back) and is now recorded. It is bitsetbin.New under another
+	// name because this package's constructor is New; see the package
+	// documentation.
 	FirstSeen = bitsetbin.New
 	// Duplicate means the id was recorded before and not rolled back.
 	Duplicate = bitsetbin.Duplicate
@@ -42,7 +43,8 @@ const (
 // Options configures an audit. The zero value means the defaults: depth
 // 2048, 64 producers, ids up to 1024 bytes. There is deliberately no value
 // meaning "track nothing": MaxProducers 0 is the default cap, not ActiveMQ's
-// "cap 0" (row A9), which silently disables the audit.
+// producer cap 0, which silently disables the audit (every new producer
+// evicts itself).
 type Options struct {
 	// Depth is the guaranteed window depth per producer: a sequence at most
 	// Depth below the producer's highest sequence is always classified

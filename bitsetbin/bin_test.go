@@ -96,11 +96,13 @@ func newBin(t fataler, depth int) *bitsetbin.Bin {
 
 const e12 = 1_000_000_000_000
 
-// TestActiveMQRows replays the worked examples of activemq-audit.md §1 that
-// keep their meaning, adapted to the tri-state Mark (ActiveMQ's set(i)→F is
-// New or TooOld here, →T is Duplicate). Rows whose Java result is a quirk we
-// fix have their own Test function below, named after the row.
-func TestActiveMQRows(t *testing.T) {
+// TestActiveMQExamples replays call sequences run against ActiveMQ's
+// BitArrayBin whose results this package keeps, adapted to the tri-state
+// Mark (ActiveMQ's setBit(i,true)→false is New or TooOld here, →true is
+// Duplicate). Sequences whose Java result is a quirk this package fixes have
+// their own Test function below, named after the behaviour chosen; see
+// docs/activemq-compatibility.md.
+func TestActiveMQExamples(t *testing.T) {
 	t.Parallel()
 	var in1to10000, in1to4096, in1to4095 []step
 	for i := uint64(1); i <= 10000; i++ {
@@ -112,52 +114,52 @@ func TestActiveMQRows(t *testing.T) {
 			in1to4095 = append(in1to4095, mark(i, N))
 		}
 	}
-	rows := []struct {
+	examples := []struct {
 		name  string
 		depth int
 		steps []step
 	}{
-		{"row01_neverAnchored", 2048, []step{noLast()}},
-		{"row02-07_firstWindowAndSlide", 2048, []step{
-			mark(0, N), mark(0, D), // row 2: index 0 is valid
-			mark(1, N), mark(2047, N), mark(2048, N), mark(2111, N), // row 3: 2111 is the last in-window index
-			mark(2112, N),                                       // row 4: slides one word, window starts at 64
-			mark(0, O), mark(0, O), get(0, true), set(0, false), // row 5: below the window, reads "set", Set fails open
-			mark(64, N), mark(64, D), mark(2047, D), last(2112), // row 7
+		{"neverAnchored", 2048, []step{noLast()}},
+		{"firstWindowAndSlide", 2048, []step{
+			mark(0, N), mark(0, D), // index 0 is valid
+			mark(1, N), mark(2047, N), mark(2048, N), mark(2111, N), // 2111 is the last in-window index
+			mark(2112, N),                                       // slides one word, window starts at 64
+			mark(0, O), mark(0, O), get(0, true), set(0, false), // below the window: reads "set", Set fails open
+			mark(64, N), mark(64, D), mark(2047, D), last(2112),
 		}},
-		{"row08-09_inOrder10000", 2048, cat(in1to10000,
+		{"inOrder10000", 2048, cat(in1to10000,
 			mark(10000, D), mark(7952, D), mark(7936, D), // window starts at 7936, as in Java
 			mark(7935, O), mark(7872, O), get(7871, true),
 			mark(10001, N), mark(10047, N), mark(10048, N), // window starts at 8000
 			mark(7936, O), mark(8000, D),
 		)},
-		{"row10_M-2048AlwaysCaught/4096", 2048, cat(in1to4096, mark(2048, D), mark(2047, O))},
-		{"row10_M-2048AlwaysCaught/4095", 2048, cat(in1to4095, mark(2047, D), mark(1984, D), mark(1983, O))},
-		{"row11_depth128", 128, []step{
+		{"M-2048AlwaysCaught/4096", 2048, cat(in1to4096, mark(2048, D), mark(2047, O))},
+		{"M-2048AlwaysCaught/4095", 2048, cat(in1to4095, mark(2047, D), mark(1984, D), mark(1983, O))},
+		{"depth128", 128, []step{
 			mark(0, N), mark(127, N), mark(128, N), mark(191, N), mark(192, N), // window starts at 64
 			mark(0, O), mark(127, D), mark(128, D),
 		}},
-		{"row12_depth128Jump", 128, []step{mark(0, N), mark(192, N), mark(0, O), get(0, true)}},
-		{"row15_outOfOrderInside", 2048, []step{
+		{"depth128Jump", 128, []step{mark(0, N), mark(192, N), mark(0, O), get(0, true)}},
+		{"outOfOrderInside", 2048, []step{
 			mark(10, N), mark(5, N), mark(7, N), mark(5, D), mark(10, D), last(10),
 		}},
-		{"row17_gaps", 2048, []step{mark(1, N), mark(1000, N), mark(500, N), mark(500, D), mark(999, N)}},
-		{"row18_largeGap", 128, []step{
+		{"gaps", 2048, []step{mark(1, N), mark(1000, N), mark(500, N), mark(500, D), mark(999, N)}},
+		{"largeGap", 128, []step{
 			mark(64, N), mark(768, N), // window starts at 640, as in Java
 			mark(576, O), mark(64, O), mark(768, D),
 		}},
-		{"row19_rollbackMakesNew", 2048, []step{mark(5, N), unmark(5, true), mark(5, N), mark(5, D)}},
-		{"row20_rollbackNeverSet", 2048, []step{unmark(6, false), mark(6, N), unmark(6, true), unmark(6, false)}},
-		{"row24_largeNumber", 1024, []step{
+		{"rollbackMakesNew", 2048, []step{mark(5, N), unmark(5, true), mark(5, N), mark(5, D)}},
+		{"rollbackNeverSet", 2048, []step{unmark(6, false), mark(6, N), unmark(6, true), unmark(6, false)}},
+		{"largeNumber", 1024, []step{
 			mark(1, N), mark(4294967394, N), get(4294967394, true), mark(4294967394, D),
 			mark(1, O), get(1, true),
 		}},
-		{"row29_isInOrder", 2048, []step{
+		{"isInOrder", 2048, []step{
 			inOrder(5, true), inOrder(6, true), inOrder(8, false), inOrder(9, true),
 			inOrder(9, false), inOrder(3, false), inOrder(4, true),
 		}},
-		{"row30_isInOrderIgnoresBits", 2048, []step{mark(1, N), mark(2, N), inOrder(3, true), inOrder(5, false)}},
-		{"row31_lastSeq", 512, []step{
+		{"isInOrderIgnoresBits", 2048, []step{mark(1, N), mark(2, N), inOrder(3, true), inOrder(5, false)}},
+		{"lastSeq", 512, []step{
 			mark(1, N), last(1), mark(64, N), last(64), mark(68, N), last(68), mark(30, N), last(68),
 		}},
 		{"isInOrderAtMaxUint64", 64, []step{
@@ -165,7 +167,7 @@ func TestActiveMQRows(t *testing.T) {
 			inOrder(math.MaxUint64, true), inOrder(math.MaxUint64, false),
 		}},
 	}
-	for _, r := range rows {
+	for _, r := range examples {
 		t.Run(r.name, func(t *testing.T) {
 			t.Parallel()
 			run(t, newBin(t, r.depth), r.steps)
@@ -329,12 +331,13 @@ func TestSetAroundLongSizeMultiplier(t *testing.T) {
 	}
 }
 
-// --- Q rows fixed: each test states the behaviour we chose. ---
+// --- ActiveMQ quirks fixed: each test states the behaviour chosen instead
+// (docs/activemq-compatibility.md lists them). ---
 
-// TestRow06_BandBelowWindowIsTooOld: Java set(63)→F, getBit(63)→F once the
+// TestBandBelowWindowIsTooOld: Java set(63)→F, getBit(63)→F once the
 // window starts at 64 ([F-63,F-1] read inconsistently). Here the whole zone
 // below the window is TooOld, Set fails open, and Get says "assume set".
-func TestRow06_BandBelowWindowIsTooOld(t *testing.T) {
+func TestBandBelowWindowIsTooOld(t *testing.T) {
 	t.Parallel()
 	b := newBin(t, 2048)
 	run(t, b, []step{mark(0, N), mark(63, N), mark(2112, N)}) // window now starts at 64
@@ -344,9 +347,9 @@ func TestRow06_BandBelowWindowIsTooOld(t *testing.T) {
 	run(t, b, []step{mark(64, N), mark(64, D)})
 }
 
-// TestRow08_BandBelowWindowReadsSet: Java getBit(7935)→F but getBit(7871)→T
+// TestBandBelowWindowReadsSet: Java getBit(7935)→F but getBit(7871)→T
 // after 1..10000; here both read "assume set" and both are TooOld.
-func TestRow08_BandBelowWindowReadsSet(t *testing.T) {
+func TestBandBelowWindowReadsSet(t *testing.T) {
 	t.Parallel()
 	b := newBin(t, 2048)
 	for i := uint64(1); i <= 10000; i++ {
@@ -355,10 +358,10 @@ func TestRow08_BandBelowWindowReadsSet(t *testing.T) {
 	run(t, b, []step{get(7935, true), get(7871, true), mark(7935, O), mark(7871, O), get(7936, true)})
 }
 
-// TestRow13_SmallDepthHasTwoWords: Java gives W≤62 a single word, so
+// TestSmallDepthHasTwoWords: Java gives W≤62 a single word, so
 // set(63) after set(64) slid is lost. Here every depth has at least two words
 // (guaranteed depth 64), and depth 0 means the default.
-func TestRow13_SmallDepthHasTwoWords(t *testing.T) {
+func TestSmallDepthHasTwoWords(t *testing.T) {
 	t.Parallel()
 	b := newBin(t, 1)
 	run(t, b, []step{
@@ -370,9 +373,9 @@ func TestRow13_SmallDepthHasTwoWords(t *testing.T) {
 	}
 }
 
-// TestRow14_SetHiLoReadsExact: W=50, set 0, 100, 150. Java getBit(100)→F
+// TestSetHiLoReadsExact: W=50, set 0, 100, 150. Java getBit(100)→F
 // although 100 is in its window; here 100 reads set, 0 (below) reads set.
-func TestRow14_SetHiLoReadsExact(t *testing.T) {
+func TestSetHiLoReadsExact(t *testing.T) {
 	t.Parallel()
 	run(t, newBin(t, 50), []step{
 		mark(0, N), mark(100, N), mark(150, N), // window starts at 64
@@ -381,10 +384,10 @@ func TestRow14_SetHiLoReadsExact(t *testing.T) {
 	})
 }
 
-// TestRow16_TopAnchoringTracksEarlierIndexes: Java anchors at the bottom,
+// TestTopAnchoringTracksEarlierIndexes: Java anchors at the bottom,
 // so after set(100) the indexes 0..63 are never tracked. We anchor the first
 // index in the top word: out-of-order arrivals below it are tracked.
-func TestRow16_TopAnchoringTracksEarlierIndexes(t *testing.T) {
+func TestTopAnchoringTracksEarlierIndexes(t *testing.T) {
 	t.Parallel()
 	run(t, newBin(t, 2048), []step{
 		mark(100, N), mark(70, N), mark(70, D), mark(63, N), mark(63, D), mark(0, N),
@@ -396,9 +399,9 @@ func TestRow16_TopAnchoringTracksEarlierIndexes(t *testing.T) {
 	run(t, b, []step{mark(e12-2049, O), get(e12-2049, true)})
 }
 
-// TestRow21_RollbackAboveWindowIsPure: Java unset(1000) on a W=128 bin
+// TestRollbackAboveWindowIsPure: Java unset(1000) on a W=128 bin
 // holding 0..10 slides the window and wipes the history. Here it is a no-op.
-func TestRow21_RollbackAboveWindowIsPure(t *testing.T) {
+func TestRollbackAboveWindowIsPure(t *testing.T) {
 	t.Parallel()
 	b := newBin(t, 128)
 	for i := uint64(0); i <= 10; i++ {
@@ -412,20 +415,20 @@ func TestRow21_RollbackAboveWindowIsPure(t *testing.T) {
 	run(t, b, []step{mark(5, D), last(10)})
 }
 
-// TestRow22_HugeJumpSlides: Java set(1e12) after set(1) wraps the int32 word
+// TestHugeJumpSlides: Java set(1e12) after set(1) wraps the int32 word
 // index negative: nothing recorded, and set(1) stays a duplicate. Here the
 // window slides (one ring reset), 1e12 is recorded, and 1 is TooOld.
-func TestRow22_HugeJumpSlides(t *testing.T) {
+func TestHugeJumpSlides(t *testing.T) {
 	t.Parallel()
 	run(t, newBin(t, 2048), []step{
 		mark(1, N), mark(e12, N), mark(e12, D), get(e12, true), mark(1, O), set(1, false), last(e12),
 	})
 }
 
-// TestRow23_AnchorHighTracksBelow: anchoring at 1e12 works in Java too, but
+// TestAnchorHighTracksBelow: anchoring at 1e12 works in Java too, but
 // set(1e12-1)→F records nothing and getBit(1e12-64)→T; here both are inside
 // the window and exact.
-func TestRow23_AnchorHighTracksBelow(t *testing.T) {
+func TestAnchorHighTracksBelow(t *testing.T) {
 	t.Parallel()
 	run(t, newBin(t, 2048), []step{
 		mark(e12, N), mark(e12+1, N), mark(e12, D), mark(e12-1, N), get(e12-1, true),
@@ -433,17 +436,17 @@ func TestRow23_AnchorHighTracksBelow(t *testing.T) {
 	})
 }
 
-// TestRow25_NoNarrowingAtWordTwoPow31: Java computes the word index
+// TestNoNarrowingAtWordTwoPow31: Java computes the word index
 // 2^31 as Integer.MIN_VALUE: no slide, nothing recorded. Here it slides.
-func TestRow25_NoNarrowingAtWordTwoPow31(t *testing.T) {
+func TestNoNarrowingAtWordTwoPow31(t *testing.T) {
 	t.Parallel()
 	const j = 64 << 31 // 137438953472
 	run(t, newBin(t, 2048), []step{mark(0, N), mark(j, N), get(j, true), mark(j, D), mark(0, O), last(j)})
 }
 
-// TestRow26_NoAliasing: Java aliases 64·(2^32+5) onto word 5, so set(320)
+// TestNoAliasing: Java aliases 64·(2^32+5) onto word 5, so set(320)
 // afterwards is a false duplicate. Here 320 is TooOld, never Duplicate.
-func TestRow26_NoAliasing(t *testing.T) {
+func TestNoAliasing(t *testing.T) {
 	t.Parallel()
 	const j = 64 * (1<<32 + 5) // 274877907264
 	run(t, newBin(t, 2048), []step{mark(0, N), mark(j, N), mark(320, O), set(320, false), mark(j, D)})
@@ -461,9 +464,9 @@ func TestRow26_NoAliasing(t *testing.T) {
 	}
 }
 
-// TestRow27_GetIsPure: Java getBit(5) on a fresh bin anchors it. Here Get
+// TestGetIsPure: Java getBit(5) on a fresh bin anchors it. Here Get
 // never anchors, slides or allocates.
-func TestRow27_GetIsPure(t *testing.T) {
+func TestGetIsPure(t *testing.T) {
 	// Not parallel: AllocsPerRun.
 	var b bitsetbin.Bin
 	before := snapshot(t, &b)
@@ -478,9 +481,9 @@ func TestRow27_GetIsPure(t *testing.T) {
 	run(t, &b, []step{mark(100000, N), mark(100000-2000, N)})
 }
 
-// TestRow28_GetAboveWindowIsPure: Java getBit(1000) on a W=128 bin slides it
+// TestGetAboveWindowIsPure: Java getBit(1000) on a W=128 bin slides it
 // (losing bit 0) and moves getLastSetIndex to 959. Here it is a pure read.
-func TestRow28_GetAboveWindowIsPure(t *testing.T) {
+func TestGetAboveWindowIsPure(t *testing.T) {
 	t.Parallel()
 	b := newBin(t, 128)
 	b.Mark(0)
@@ -492,10 +495,10 @@ func TestRow28_GetAboveWindowIsPure(t *testing.T) {
 	run(t, b, []step{mark(0, D), get(0, true)})
 }
 
-// TestRow31_LastSetIndexIsTrue: Java's getLastSetIndex counts cleared and
+// TestLastSetIndexIsTrue: Java's getLastSetIndex counts cleared and
 // read-touched bits (unset(200)→200, getBit(300)→255). Here it is the true
 // highest set bit.
-func TestRow31_LastSetIndexIsTrue(t *testing.T) {
+func TestLastSetIndexIsTrue(t *testing.T) {
 	t.Parallel()
 	run(t, newBin(t, 512), []step{
 		mark(1, N), mark(64, N), mark(68, N), mark(30, N), last(68),
@@ -505,17 +508,17 @@ func TestRow31_LastSetIndexIsTrue(t *testing.T) {
 	})
 }
 
-// TestRow32_LastSetIndexAfterRollback: Java keeps 100 after unset(100).
-func TestRow32_LastSetIndexAfterRollback(t *testing.T) {
+// TestLastSetIndexAfterRollback: Java keeps 100 after unset(100).
+func TestLastSetIndexAfterRollback(t *testing.T) {
 	t.Parallel()
 	run(t, newBin(t, 512), []step{mark(100, N), last(100), unmark(100, true), noLast()})
 }
 
-// TestRow33_34_NoNegativeIndexes: Java accepts negative sequences (set(-1)
+// TestNoNegativeIndexes: Java accepts negative sequences (set(-1)
 // anchors at 0; set(-100) then set(0) is a false duplicate). Indexes here
 // are uint64, so a negative sequence cannot reach a bin: the id parser
 // rejects it, and the top of the uint64 range works like any other index.
-func TestRow33_34_NoNegativeIndexes(t *testing.T) {
+func TestNoNegativeIndexes(t *testing.T) {
 	t.Parallel()
 	for _, id := range []string{"p:-1", "p:-100", "p:-5"} {
 		if _, _, err := msgid.Split(id); !errors.Is(err, msgid.ErrMalformed) {
@@ -530,11 +533,11 @@ func TestRow33_34_NoNegativeIndexes(t *testing.T) {
 	run(t, newBin(t, 2048), []step{mark(0, N), mark(0, D), mark(1, N)})
 }
 
-// TestRow35_JumpCostIsBounded: Java loops once per word it slides (about 6 s
+// TestJumpCostIsBounded: Java loops once per word it slides (about 6 s
 // for 1e10). Here a slide of n or more words is one ring reset; this test
 // makes jumps that Java could not finish (1e12, to math.MaxUint64-1, and a
 // thousand jumps of 2^48) and checks where the window lands.
-func TestRow35_JumpCostIsBounded(t *testing.T) {
+func TestJumpCostIsBounded(t *testing.T) {
 	// Not parallel: AllocsPerRun.
 	b := newBin(t, 2048)
 	run(t, b, []step{

@@ -1,8 +1,9 @@
 // Package bitsetbin is the sliding bit window behind msgaudit's duplicate
 // detection: one Bin per producer, one bit per sequence number, set when the
-// sequence was delivered. It ports ActiveMQ Classic's BitArrayBin (see
-// shared/reference/activemq-audit.md §1) onto a ring of
-// github.com/bits-and-blooms/bitset words and fixes its holes.
+// sequence was delivered. It ports ActiveMQ Classic's BitArrayBin onto a
+// ring of github.com/bits-and-blooms/bitset words and fixes its holes;
+// docs/activemq-compatibility.md in the repository lists every difference
+// from ActiveMQ and the test that pins it.
 //
 // # Window
 //
@@ -42,14 +43,16 @@
 //
 // Mark returns New (bit was clear, now set), Duplicate (bit was set) or
 // TooOld (below the window: nothing recorded, the bin cannot tell). The whole
-// zone below the window's lowest word is TooOld, including the [F-63, F-1]
-// band that ActiveMQ reads inconsistently. Words whose history the bin does
+// zone below the window's lowest word is TooOld, including the 63 indexes
+// just below it, which ActiveMQ reads inconsistently (as not set, while
+// everything lower reads as set). Words whose history the bin does
 // not have (those uncovered below the window when Resize grows it) are also
 // TooOld, never New.
 //
 // Get and Unmark are pure with respect to the window: they never anchor,
-// slide or allocate (ActiveMQ's getBit and setBit(i,false) do, rows 21, 27,
-// 28). Get of an index below the window reports true ("gone past range,
+// slide or allocate (ActiveMQ's getBit and setBit(i,false) can do all
+// three: a read or a rollback above the window slides it and wipes its
+// history). Get of an index below the window reports true ("gone past range,
 // assume set", as ActiveMQ's getBit does); above the window, or on an
 // unanchored bin, false. Set is ActiveMQ's setBit(i,true): it returns the
 // previous bit and reports TooOld as false, so ActiveMQ's isDuplicate fails
@@ -78,12 +81,12 @@
 // allocating (the ring it allocates is never larger than the input), checks
 // every invariant, and leaves the receiver unchanged on error.
 //
-// # Deviation from the API contract
+// # Naming
 //
-// The contract lists both the Verdict constant New and a constructor
-// func New(depth int) (*Bin, error); one package cannot declare both, so the
-// constant keeps its name (audit re-exports it) and the constructor is
-// NewBin.
+// The verdict for a first sighting is New, so the constructor cannot be
+// called New as well (one package cannot declare both): it is
+// NewBin(depth int) (*Bin, error). The audit package re-exports the
+// verdict as audit.FirstSeen.
 //
 // # Concurrency
 //

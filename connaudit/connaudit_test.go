@@ -67,11 +67,14 @@ func forVariants(t *testing.T, f func(t *testing.T, o connaudit.Options)) {
 	}
 }
 
-// TestActiveMQRows runs rows C1-C6 of activemq-audit.md §3.
-func TestActiveMQRows(t *testing.T) {
+// TestActiveMQBehaviour runs the call sequences of ActiveMQ's
+// ConnectionAudit (routing by destination kind, the switch, rollback,
+// removal of a consumer, messages without destination or id); see
+// docs/activemq-compatibility.md.
+func TestActiveMQBehaviour(t *testing.T) {
 	t.Parallel()
 	forVariants(t, func(t *testing.T, o connaudit.Options) {
-		t.Run("C1 disabled records nothing", func(t *testing.T) {
+		t.Run("disabled records nothing", func(t *testing.T) {
 			o := o
 			o.Disabled = true
 			a := mustNew(t, o)
@@ -85,7 +88,7 @@ func TestActiveMQRows(t *testing.T) {
 				t.Fatalf("%+v", st)
 			}
 		})
-		t.Run("C2 C3 queue audits are shared", func(t *testing.T) {
+		t.Run("queue audits are shared", func(t *testing.T) {
 			a := mustNew(t, o)
 			run(t, a, []call{{"d1", qQ, "p:1", N}, {"d2", qQ, "p:1", D}, {"d1", qQ, "p:1", D}})
 			parsed, _ := connaudit.ParseDestination("/queue/Q")
@@ -95,7 +98,7 @@ func TestActiveMQRows(t *testing.T) {
 			}
 			run(t, a, []call{{"d1", qQ, "p:1", N}, {"d1", qQ, "p:1", D}})
 		})
-		t.Run("C4 C5 topic audits are per consumer", func(t *testing.T) {
+		t.Run("topic audits are per consumer", func(t *testing.T) {
 			a := mustNew(t, o)
 			run(t, a, []call{{"d1", qT, "p:1", N}, {"d2", qT, "p:1", N}, {"d1", qT, "p:1", D}, {"d2", qT, "p:1", D},
 				{"d1", qQ, "p:1", N}})
@@ -105,7 +108,7 @@ func TestActiveMQRows(t *testing.T) {
 				t.Fatalf("%+v", st)
 			}
 		})
-		t.Run("C6 no destination, no id, temporary destinations", func(t *testing.T) {
+		t.Run("no destination, no id, temporary destinations", func(t *testing.T) {
 			a := mustNew(t, o)
 			run(t, a, []call{{"d1", connaudit.Destination{}, "p:1", N}, {"d1", connaudit.Destination{}, "p:1", N},
 				{"d1", connaudit.Destination{Kind: connaudit.Queue}, "p:1", N},
@@ -163,6 +166,23 @@ func TestErrors(t *testing.T) {
 	}
 	if err := a.SetMaxProducers(-1); !errors.Is(err, connaudit.ErrOptions) {
 		t.Error(err)
+	}
+}
+
+// TestDefaultCaps: without options each map holds 1000 audits, as
+// ActiveMQ's ConnectionAudit caps both of its maps.
+func TestDefaultCaps(t *testing.T) {
+	t.Parallel()
+	a := mustNew(t, connaudit.Options{})
+	for i := range connaudit.DefaultMaxDestinations + 1 {
+		a.Check("c", connaudit.Destination{Kind: connaudit.Queue, Name: fmt.Sprintf("q%d", i)}, "p:1")
+	}
+	for i := range connaudit.DefaultMaxConsumers + 1 {
+		a.Check(fmt.Sprintf("c%d", i), qT, "p:1")
+	}
+	if st := a.Stats(); connaudit.DefaultMaxDestinations != 1000 || connaudit.DefaultMaxConsumers != 1000 ||
+		st.Queues != 1000 || st.Topics != 1000 || st.AuditEvictions != 2 {
+		t.Fatalf("%+v", st)
 	}
 }
 

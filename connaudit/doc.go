@@ -1,6 +1,7 @@
-// Package connaudit is ActiveMQ's ConnectionAudit for one connection (see
-// shared/reference/activemq-audit.md §3): it routes each delivered message
-// to a message audit (package audit) by destination.
+// Package connaudit is ActiveMQ's ConnectionAudit for one connection: it
+// routes each delivered message to a message audit (package audit) by
+// destination. docs/activemq-compatibility.md in the repository lists every
+// difference from ActiveMQ and the test that pins it.
 //
 //   - Queues and temporary queues have one audit per destination, shared by
 //     every consumer of the connection: a queue message redelivered to

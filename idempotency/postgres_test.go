@@ -657,7 +657,7 @@ func TestPostgresCancelled(t *testing.T) {
 	}
 }
 
-// TestPostgresTLS (issue 7): the sslmode and sslrootcert fields of the URL
+// TestPostgresTLS: the sslmode and sslrootcert fields of the URL
 // reach pgx. Against the test server's own certificate (ssl_cert_file, a
 // self-signed one on a stock Debian cluster) verify-ca works; a CA that did
 // not sign it fails with a certificate error. Skipped when the server has

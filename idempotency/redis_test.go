@@ -526,7 +526,7 @@ func startRedisServer(t testing.TB, tlsOnly bool, args ...string) string {
 	}
 }
 
-// TestRedisRequirePass (issue 7): against a second redis-server started with
+// TestRedisRequirePass: against a second redis-server started with
 // --requirepass and an ACL user, a missing or wrong password fails at open
 // with a clear, redacted error, and the right password (default user or ACL
 // user) gives a working store.
@@ -666,7 +666,7 @@ func newTestPKI(t testing.TB) *testPKI {
 	return p
 }
 
-// TestRedisTLS (issue 7): a TLS-only redis-server that requires a password
+// TestRedisTLS: a TLS-only redis-server that requires a password
 // and a client certificate. rediss:// with the right CA, client certificate
 // and password works (and a custom tls.Config turns TLS on even for
 // redis://); the system roots, a wrong CA, a missing client certificate or

@@ -69,7 +69,7 @@ func benchPairs(b *testing.B, s idempotency.Store, goroutines int, purgeEvery ui
 	}
 }
 
-// BenchmarkMemoryTryClaimConfirm: the issue's target is ≥ 2 M pairs/s on
+// BenchmarkMemoryTryClaimConfirm: the memory store's target is ≥ 2 M pairs/s on
 // one core (run with -cpu=1). Retention is 1 ns and a purge (outside the
 // timer) runs every `retained` pairs, so the store holds up to that many
 // keys: 16 Ki (hot in cache) or 1 Mi (a large store, cache misses).

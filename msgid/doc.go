@@ -31,8 +31,9 @@
 // numbers generator instances with a JVM-wide counter; this package has no
 // globals, so the instance number is an option (default 0).
 //
-// Beyond the API contract this package adds SplitLimit, Truncate,
-// SanitizeHost, Producer.AppendNext and GeneratorOptions.Instance.
+// Besides Split, Parse and the Generator, the package has SplitLimit (Split
+// with a length limit), Truncate (for error messages), SanitizeHost,
+// Producer.AppendNext and GeneratorOptions.Instance.
 //
 // # Concurrency
 //

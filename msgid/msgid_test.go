@@ -97,7 +97,8 @@ func TestSplit(t *testing.T) {
 	}
 }
 
-// TestLeadingZerosNeverAlias states the decision on ActiveMQ row A6: "abc:5",
+// TestLeadingZerosNeverAlias states the decision on ActiveMQ's lenient
+// sequence parsing (docs/activemq-compatibility.md): "abc:5",
 // "abc:+5" and "abc:007" are one message to ActiveMQ; here only the
 // canonical spelling parses, so two accepted ids never name one message.
 func TestLeadingZerosNeverAlias(t *testing.T) {

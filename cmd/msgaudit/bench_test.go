@@ -28,7 +28,8 @@ func TestBenchSubset(t *testing.T) {
 		"depth=64/producers=64/impl=audit",
 		"heap retained after GC",
 		"ActiveMQ comparison not run: skipped (--no-java)",
-		"audit <= 1.5x floor (inorder)",
+		"audit.Audit ns/op <= 1.5x the floor-map floor (inorder)",
+		"performance targets (msgaudit bench --check exits 1 on a miss):",
 		"best of 2",
 	} {
 		if !strings.Contains(stdout, want) {
