@@ -61,7 +61,7 @@ func TestInboxExactlyOnce(t *testing.T) {
 		return nil
 	})
 	applied := func() (rows, most int) {
-		if err := admin.QueryRow(`SELECT count(*), coalesce(max(n), 0) FROM ` + fx).Scan(&rows, &most); err != nil {
+		if err := admin.QueryRow(`SELECT count(*), coalesce(max(n), 0) FROM `+fx).Scan(&rows, &most); err != nil {
 			t.Fatal(err)
 		}
 		return rows, most
