@@ -344,7 +344,11 @@ func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Deci
 	return receiver.Decision{
 		Verdict: receiver.Accept, Reason: "new", Detail: "new",
 		Context: func(c context.Context) context.Context { return context.WithValue(c, txKey{}, tx) },
-		Settle: func(_ context.Context, s receiver.Settlement) error {
+		Settle: func(sctx context.Context, s receiver.Settlement) error {
+			// The settlement's deadline (the receiver's SettleTimeout) ends
+			// the transaction's context, which makes the driver give up a
+			// COMMIT or ROLLBACK that hangs (a lock wait, a dead peer).
+			defer context.AfterFunc(sctx, cancel)()
 			defer cancel()
 			t0 := time.Now()
 			if s == receiver.Completed {
