@@ -288,7 +288,10 @@ func Tx(ctx context.Context) (*sql.Tx, bool) {
 //
 // A concurrent delivery of the same key in another transaction makes the
 // INSERT wait, in the database, for that transaction to end (bounded by
-// ctx): it then finds the key (a duplicate) or not (new work).
+// ctx): it then finds the key (a duplicate) or not (new work). When a
+// selector after the inbox rejects the delivery as finished work, the
+// receiver settles the inbox Completed and the key is committed without
+// the handler having run.
 func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Decision, error) {
 	key := m.IdempotencyKey()
 	if key == "" {
