@@ -12,15 +12,6 @@ import (
 // package timeout.
 const testWait = 10 * time.Second
 
-// waitFor polls cond until it holds; after d it fails the test, saying
-// what did not happen.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !eventually(d, cond) {
-		t.Fatalf("timed out after %v: %s did not happen", d, what)
-	}
-}
-
 // eventually polls cond until it holds (true) or d passes (false); for
 // handlers and other goroutines that must not call t.Fatal.
 func eventually(d time.Duration, cond func() bool) bool {
