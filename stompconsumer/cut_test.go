@@ -88,10 +88,10 @@ func TestCutWhileHandlerRuns(t *testing.T) {
 			if got := runs0.Load(); got != wantRuns {
 				t.Errorf("handler of message 0 ran %d times, want %d", got, wantRuns)
 			}
-			if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+			if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 				t.Errorf("queue not empty: %v", left)
 			}
-			checkBrokerDLQ(t, addr, tag)
+			checkBrokerDLQ(t, addr, q)
 			t.Logf("stats %+v", s)
 		})
 	}

@@ -277,7 +277,7 @@ func TestTLSConsume(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.verify(t, n)
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }
 
 // TestTLSWrongCA: a CA that did not sign the broker's certificate fails at

@@ -100,13 +100,13 @@ func TestCompetingConsumersSharedStore(t *testing.T) {
 		}
 	}
 	l.verify(t, n)
-	if left := drain(t, addr, q, "", 500*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 500*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d left", len(left))
 	}
-	if dl := drain(t, addr, dlq, "", 300*time.Millisecond); len(dl) != 0 {
+	if dl := drain(t, addr, dlq, 300*time.Millisecond); len(dl) != 0 {
 		t.Errorf("dead-letter destination holds %d messages", len(dl))
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 	if perConsumer[0].Load() == 0 || perConsumer[1].Load() == 0 {
 		t.Errorf("no competition: consumer A applied %d, B %d", perConsumer[0].Load(), perConsumer[1].Load())
 	}
@@ -229,7 +229,7 @@ func TestDeadLetterPaths(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	dl := drain(t, addr, dlq, "", 500*time.Millisecond)
+	dl := drain(t, addr, dlq, 500*time.Millisecond)
 	got := map[string]map[string]string{}
 	for _, h := range dl {
 		got[h["body"]] = h
@@ -267,10 +267,10 @@ func TestDeadLetterPaths(t *testing.T) {
 	if len(l.doubles) != 0 || l.count() != n-4 {
 		t.Errorf("applied %d (doubles %v), want %d", l.count(), l.doubles, n-4)
 	}
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %v", left)
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }
 
 // TestHandlerPanics: a handler that panics on the first attempt of every
@@ -311,10 +311,10 @@ func TestHandlerPanics(t *testing.T) {
 	if m.Panics != n || c.Stats().RetriesSent != n {
 		t.Errorf("panics %d, retry copies %d, want %d each", m.Panics, c.Stats().RetriesSent, n)
 	}
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d", len(left))
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }
 
 // flakyStore fails every call while down is set.
@@ -375,12 +375,12 @@ func TestStoreDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.verify(t, n)
-	if dl := drain(t, addr, dlq, "", 300*time.Millisecond); len(dl) != 0 {
+	if dl := drain(t, addr, dlq, 300*time.Millisecond); len(dl) != 0 {
 		t.Errorf("%d messages dead-lettered because the store was down", len(dl))
 	}
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d", len(left))
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 	t.Logf("store calls %d, hand-backs %d, metrics %+v", store.calls.Load(), c.Stats().RetriesSent, c.Metrics().Snapshot())
 }

@@ -48,7 +48,7 @@ func TestGracefulStop(t *testing.T) {
 	if applied < 4 || applied == n {
 		t.Fatalf("applied %d of %d: the stop did not land mid-run", applied, n)
 	}
-	left := drain(t, addr, q, "", 500*time.Millisecond)
+	left := drain(t, addr, q, 500*time.Millisecond)
 	l.mu.Lock()
 	for _, h := range left {
 		if l.applied[h["body"]] != 0 {
@@ -62,7 +62,7 @@ func TestGracefulStop(t *testing.T) {
 	if s := c.Stats(); s.StaleAcks != 0 || s.Dropped == 0 {
 		t.Errorf("stats %+v: want no stale acks and some dropped (prefetched, not started) deliveries", s)
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }
 
 // TestFailover: the first broker address goes away (its connections are
@@ -101,8 +101,8 @@ func TestFailover(t *testing.T) {
 	if s := c.Stats(); s.Reconnects != 1 || s.Connects != 2 {
 		t.Errorf("stats %+v, want one reconnect", s)
 	}
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d", len(left))
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }
