@@ -96,3 +96,57 @@ func TestCutWhileHandlerRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestCutDropsPrefetched: a cut while many prefetched deliveries are still
+// queued behind a slow handler. The broker redelivers every one of them;
+// they were never processed, so they must not look like duplicates of
+// themselves: none may have left a mark in the audit (the audit is
+// checked when a delivery is processed, and a dropped one never was).
+// Without a store nothing else would notice such a mark, so every message
+// must be applied exactly once through the audit alone.
+func TestCutDropsPrefetched(t *testing.T) {
+	addr := stompAddr(t)
+	q := "/queue/" + uniq("msgaudit.cutprefetch")
+	dlq := "/queue/" + uniq("msgaudit.cutprefetch.dlq")
+	tag := uniq("tag")
+	const n, cutAt = 400, 20
+	produce(t, addr, q, tag, n, nil)
+	px := newProxy(t, addr)
+	l := newLedger()
+	h := l.handler(0, 0)
+	c, err := New(Config{Addresses: []string{px.Addr()}, Prefetch: n, Concurrency: 1, DeadLetterDestination: dlq,
+		ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
+		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
+			time.Sleep(5 * time.Millisecond) // slow: the prefetched deliveries queue up behind it
+			return h(ctx, m)
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runConsumer(t, c)
+	// The broker sends the whole prefetch at once; the handler gets
+	// through a few: the cut finds the rest queued.
+	waitFor(t, 30*time.Second, "the first messages applied", func() bool { return l.count() >= cutAt })
+	if px.Cut() != 1 {
+		t.Fatal("no live connection to cut")
+	}
+	waitFor(t, 30*time.Second, "the reconnect after the cut", func() bool { return c.Stats().Reconnects >= 1 })
+	waitFor(t, 60*time.Second, "every message applied after the cut", func() bool { return l.count() >= n })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	l.verify(t, n)
+	s, m := c.Stats(), c.Metrics().Snapshot()
+	if s.Dropped == 0 {
+		t.Errorf("no prefetched delivery was dropped by the cut (stats %+v): the test did not test its case", s)
+	}
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
+		t.Errorf("queue not empty: %d left", len(left))
+	}
+	if dl := drain(t, addr, dlq, 300*time.Millisecond); len(dl) != 0 {
+		t.Errorf("dead-letter destination holds %d messages", len(dl))
+	}
+	checkBrokerDLQ(t, addr, q)
+	t.Logf("dropped=%d delivered=%d redelivered=%d processed=%d dup(audit=%d in-flight=%d) stale-acks=%d reconnects=%d",
+		s.Dropped, m.Delivered, m.Redelivered, m.Processed, m.DuplicatesAudit, m.DuplicatesInFlight, s.StaleAcks, s.Reconnects)
+}
