@@ -43,7 +43,7 @@ func TestCutWhileHandlerRuns(t *testing.T) {
 					if string(m.Body) == "0" {
 						if runs0.Add(1) == 1 {
 							close(started)
-							<-release
+							blockUntil(ctx, t, release, 60*time.Second, "the test to release message 0's first handler")
 							if tt.fail {
 								return errors.New("failed after the cut")
 							}
@@ -55,7 +55,7 @@ func TestCutWhileHandlerRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 			stop := runConsumer(t, c)
-			<-started
+			recv(t, started, 30*time.Second, "message 0's handler to start")
 			if px.Cut() != 1 {
 				t.Fatal("no live connection to cut")
 			}

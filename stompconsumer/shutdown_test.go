@@ -2,6 +2,7 @@ package stompconsumer
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,8 +36,8 @@ func TestGracefulStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runConsumer(t, c)
-	for range 4 {
-		<-inflight
+	for i := range 4 {
+		recv(t, inflight, 30*time.Second, fmt.Sprintf("handler %d of 4 to start", i+1))
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
