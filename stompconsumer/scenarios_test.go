@@ -24,13 +24,16 @@ func redisStore(t *testing.T) idempotency.Store {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	s, err := idempotency.Open(ctx, url+sep+"msgaudit_prefix="+prefix, idempotency.Options{ClaimTTL: 30 * time.Second, Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		s.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		opt, err := redis.ParseURL(url)
 		if err != nil {
 			return
