@@ -39,7 +39,7 @@ func TestConsumeQueue(t *testing.T) {
 	produce(t, addr, q, tag, n, nil)
 	l := newLedger()
 	c, err := New(Config{Addresses: []string{addr}, Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}},
-		DeadLetterDestination: "/queue/" + uniq("msgaudit.dlq")})
+		DeadLetterDestination: noDeadLetters(t, addr)})
 	if err != nil {
 		t.Fatal(err)
 	}

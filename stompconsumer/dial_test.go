@@ -269,6 +269,7 @@ func TestTLSConsume(t *testing.T) {
 	} {
 		t.Run(variant.name, func(t *testing.T) {
 			cfg := variant.cfg
+			cfg.DeadLetterDestination = noDeadLetters(t, addr)
 			cfg.Subscriptions = []Subscription{{Destination: q, Handler: l.handler(0, 0)}}
 			c, err := New(cfg)
 			if err != nil {
@@ -286,7 +287,7 @@ func TestTLSConsume(t *testing.T) {
 		})
 	}
 	// Whatever the variants left is consumed by a last one.
-	c, err := New(Config{Addresses: []string{"ssl://" + tlsAddr}, CAFile: ca,
+	c, err := New(Config{Addresses: []string{"ssl://" + tlsAddr}, CAFile: ca, DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
 	if err != nil {
 		t.Fatal(err)

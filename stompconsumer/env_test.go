@@ -139,6 +139,21 @@ func drain(t testing.TB, addr, dest string, quiet time.Duration) []map[string]st
 	}
 }
 
+// noDeadLetters returns a dead-letter destination of the test's own for a
+// consumer that must dead-letter nothing, and checks that it is empty when
+// the test ends (cleanups run last-registered first, so after the
+// consumers started later have stopped).
+func noDeadLetters(t *testing.T, addr string) string {
+	t.Helper()
+	dlq := "/queue/" + uniq("msgaudit.dlq")
+	t.Cleanup(func() {
+		if dl := drain(t, addr, dlq, 300*time.Millisecond); len(dl) != 0 {
+			t.Errorf("the consumer dead-lettered %d messages into %s, first: %v", len(dl), dlq, short(dl[0]))
+		}
+	})
+	return dlq
+}
+
 // short returns drained headers with the body cut to 64 bytes, for
 // failure messages.
 func short(h map[string]string) map[string]string {

@@ -144,7 +144,7 @@ func TestTopicSubscribers(t *testing.T) {
 	}
 	backoff := Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond}
 	x, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
-		DeadLetterDestination: "/queue/" + uniq("msgaudit.topic.dlq"),
+		DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{
 			{Destination: topic, Name: "sub-a", Handler: handler(0)},
 			{Destination: topic, Name: "sub-b", Handler: handler(1), Concurrency: 3},
@@ -152,7 +152,7 @@ func TestTopicSubscribers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
+	y, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff, DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{{Destination: topic, Handler: handler(2)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestHandlerPanics(t *testing.T) {
 	l := newLedger()
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	c, err := New(Config{Addresses: []string{addr}, Concurrency: 4, DeadLetterDestination: "/queue/" + uniq("msgaudit.panic.dlq"),
+	c, err := New(Config{Addresses: []string{addr}, Concurrency: 4, DeadLetterDestination: noDeadLetters(t, addr),
 		RetryBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			mu.Lock()
