@@ -337,12 +337,11 @@ func TestTLSSystemRootsRejectSelfSigned(t *testing.T) {
 	}
 }
 
-// TestLogin runs against a broker that requires logins. The shared test
-// broker runs without authentication, so this test needs one started with
-// ACTIVEMQ_TEST_AUTH=user:password (../shared/brokers/activemq restart)
-// and MSGAUDIT_STOMP_AUTH set to the same user:password; CI runs it in a
-// separate step that restarts the broker that way. Without the variable it
-// is skipped, also in CI.
+// TestLogin runs against a broker that requires logins. The usual test
+// broker runs without authentication, so this test needs a broker that
+// requires a user and password, and MSGAUDIT_STOMP_AUTH set to that
+// user:password; CI runs it in a separate step against a broker restarted
+// that way. Without the variable it is skipped, also in CI.
 func TestLogin(t *testing.T) {
 	addr := stompAddr(t)
 	auth := os.Getenv("MSGAUDIT_STOMP_AUTH")
