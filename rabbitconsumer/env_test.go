@@ -192,7 +192,8 @@ func redisClient(t testing.TB) *redis.Client {
 
 // deletePrefix removes every Redis key under prefix.
 func deletePrefix(t testing.TB, c *redis.Client, prefix string) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 	var keys []string
 	for iter.Next(ctx) {

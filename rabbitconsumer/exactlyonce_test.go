@@ -139,7 +139,7 @@ func TestExactlyOnce(t *testing.T) {
 		}
 	}
 	cancel()
-	wg.Wait()
+	waitGroup(t, &wg, time.Minute, "both consumers' Run returning after cancel")
 	for i, err := range runErr {
 		if err != nil {
 			t.Errorf("consumer %d Run: %v", i, err)
@@ -207,4 +207,76 @@ func TestExactlyOnce(t *testing.T) {
 		m.DuplicatesAudit+m.DuplicatesStore+m.DuplicatesOther, m.DuplicatesAudit, m.DuplicatesStore, m.DuplicatesInFlight,
 		m.DuplicatesOther, st.Dropped, st.StaleAcks, st.Reconnects, st.Acks)
 	t.Logf("all applied in %v: %.0f msg/s", elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds())
+}
+
+// TestCutDropsPrefetched: no store, a large prefetch and a slow handler,
+// and the connection cut while most of the prefetch is still unprocessed.
+// The broker requeues all of it (amqp091 drops what it buffered; what a
+// worker still receives from the dead channel is dropped and counted).
+// None of those deliveries ran, so none may look like a duplicate of
+// itself when it comes back: with only the in-memory audit to go by,
+// every message must be applied exactly once.
+func TestCutDropsPrefetched(t *testing.T) {
+	t.Parallel()
+	const total, cutAt = 300, 20
+	b := newBroker(t)
+	q := b.queue("msgaudit-cutpf-")
+	px := newProxy(t, b.hostPort(), nil)
+	runID := randomName(t, "")
+	b.publishMany(q, total, func(i int) amqp.Publishing {
+		return amqp.Publishing{MessageId: fmt.Sprintf("%s-%04d", runID, i), Body: []byte(fmt.Sprint(i))}
+	})
+	var cuts atomic.Int32
+	l := &ledger{applied: map[string]int{}, rng: rand.New(rand.NewPCG(1, 2)),
+		onCount: map[int]func(){cutAt: func() { cuts.Add(int32(px.Cut())) }}}
+	c, err := New(Config{
+		URL: b.via("amqp", px.Addr()), Queue: q, Prefetch: total, Concurrency: 1,
+		Handler: func(ctx context.Context, m *receiver.Message) error {
+			time.Sleep(5 * time.Millisecond) // slow: the prefetch waits behind it
+			return l.handle(ctx, m)
+		},
+		ReconnectBackoff: Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runConsumer(t, c)
+	// Not fatal when it runs out: the checks below say what went wrong.
+	if !eventually(time.Minute, func() bool { return l.distinct() >= total }) {
+		t.Errorf("timed out after a minute: only %d of %d messages applied", l.distinct(), total)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	lost := 0
+	for i := range total {
+		if l.applied[fmt.Sprintf("%s-%04d", runID, i)] == 0 {
+			lost++
+		}
+	}
+	for k, n := range l.applied {
+		if n != 1 {
+			t.Errorf("message %s applied %d times", k, n)
+		}
+	}
+	l.mu.Unlock()
+	if lost > 0 {
+		t.Errorf("lost: %d of %d messages never applied", lost, total)
+	}
+	m, st := c.Metrics().Snapshot(), c.Stats()
+	if cuts.Load() == 0 || st.Reconnects == 0 {
+		t.Fatalf("cut %d connections, %d reconnects: the cut did not happen", cuts.Load(), st.Reconnects)
+	}
+	if m.Redelivered == 0 {
+		t.Errorf("%d redeliveries after the cut: the prefetch was not outstanding when it came", m.Redelivered)
+	}
+	if m.DuplicatesAudit > 0 && m.DuplicatesAudit >= m.Redelivered {
+		t.Errorf("%d of %d redeliveries taken as audit duplicates: deliveries that never ran left a mark", m.DuplicatesAudit, m.Redelivered)
+	}
+	if n := b.ready(q); n != 0 {
+		t.Errorf("queue holds %d messages at the end", n)
+	}
+	t.Logf("delivered=%d redelivered=%d processed=%d dup(audit=%d in-flight=%d) dropped=%d stale-acks=%d forgotten=%d reconnects=%d",
+		m.Delivered, m.Redelivered, m.Processed, m.DuplicatesAudit, m.DuplicatesInFlight, st.Dropped, st.StaleAcks, m.Forgotten, st.Reconnects)
 }

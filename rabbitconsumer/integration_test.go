@@ -51,15 +51,84 @@ func runConsumer(t *testing.T, c *Consumer) (stop func() error) {
 	return stop
 }
 
+// waitFor polls cond until it holds; after 30s it fails the test, saying
+// what did not happen.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	if !eventually(30*time.Second, cond) {
+		t.Fatalf("timed out after 30s waiting for %s", what)
+	}
+}
+
+// eventually polls cond until it holds (true) or d passes (false), for
+// goroutines that must not call t.Fatal and waits whose failure the test
+// explains itself.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
+}
+
+// recv receives one value from ch; after d it fails the test, saying what
+// did not happen.
+func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+		panic("unreachable")
+	}
+}
+
+// waitGroup waits for wg; after d it fails the test, saying what did not
+// finish.
+func waitGroup(t *testing.T, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	recv(t, done, d, what)
+}
+
+// blockUntil is a handler's wait for the test to release it: true when
+// release is closed, false (after failing the test) when ctx ends or d
+// passes first, so a test that fails early leaves no handler blocked.
+func blockUntil(ctx context.Context, t *testing.T, release <-chan struct{}, d time.Duration, what string) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-release:
+		return true
+	case <-ctx.Done():
+		t.Errorf("a handler's context ended while it waited for %s", what)
+	case <-timer.C:
+		t.Errorf("a handler waited %v for %s", d, what)
+	}
+	return false
+}
+
+// runReturns runs c.Run, which must return on its own (an error at
+// start), and returns its error; a Run still going after a minute fails
+// the test.
+func runReturns(t *testing.T, c *Consumer) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	err := recv(t, done, time.Minute+30*time.Second, "Run to return")
+	if ctx.Err() != nil {
+		t.Fatalf("Run did not return on its own within a minute: %v", err)
+	}
+	return err
 }
 
 // countingHandler counts calls per key and fails keys listed in fail.
@@ -211,7 +280,7 @@ func TestRejectedLogin(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err = c.Run(context.Background())
+	err = runReturns(t, c)
 	if !errors.Is(err, ErrRejected) {
 		t.Fatalf("Run = %v; want ErrRejected", err)
 	}
@@ -241,7 +310,7 @@ func TestConnectRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.Run(context.Background())
+	err = runReturns(t, c)
 	if !errors.Is(err, ErrConnect) || strings.Contains(err.Error(), "p4ss-word") {
 		t.Fatalf("Run = %v; want ErrConnect without the password", err)
 	}
@@ -261,7 +330,7 @@ func TestGracefulStop(t *testing.T) {
 	var done sync.Map
 	h := func(ctx context.Context, m *receiver.Message) error {
 		started <- m.Key
-		<-release
+		blockUntil(ctx, t, release, time.Minute, "the test to release the running handler")
 		done.Store(m.Key, true)
 		return nil
 	}
@@ -273,13 +342,13 @@ func TestGracefulStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runConsumer(t, c)
-	first := <-started
+	first := recv(t, started, 30*time.Second, "the first handler to start")
 	waitFor(t, "prefetch", func() bool { return b.ready(q) == 0 })
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop() }()
 	time.Sleep(50 * time.Millisecond) // let the stop begin while the handler runs
 	close(release)
-	if err := <-stopped; err != nil {
+	if err := recv(t, stopped, time.Minute, "the graceful stop to return"); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := done.Load(first); !ok {
@@ -360,7 +429,7 @@ func TestTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = c.Run(context.Background())
+		err = runReturns(t, c)
 		if !errors.Is(err, ErrTLS) {
 			t.Errorf("%s: Run = %v; want ErrTLS", name, err)
 		}

@@ -288,7 +288,7 @@ func TestProducerChurnConcurrent(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	waitGroup(t, &wg, testWait, "the auditing goroutines finishing")
 	s := m.Snapshot() // the adapter was added twice: counted once
 	if s.Audit.New != workers*per || s.Audit.Evictions < workers*per-64 {
 		t.Errorf("audit stats %+v", s.Audit)

@@ -66,6 +66,11 @@ func TestConcurrentExactlyOnce(t *testing.T) {
 				}
 				return nil
 			}
+			// Every copy is retried until acknowledged, but not past this
+			// deadline: a key that is never acknowledged fails the test
+			// instead of spinning until the package timeout.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
 			work := make(chan string)
 			var wg sync.WaitGroup
 			for range workers {
@@ -74,7 +79,7 @@ func TestConcurrentExactlyOnce(t *testing.T) {
 					defer wg.Done()
 					for k := range work {
 						for {
-							res := r.Process(context.Background(), &receiver.Message{Key: k, Destination: "/queue/race"}, h)
+							res := r.Process(ctx, &receiver.Message{Key: k, Destination: "/queue/race"}, h)
 							if res.Action == receiver.Ack {
 								mu.Lock()
 								if applied[k] != 1 {
@@ -86,6 +91,12 @@ func TestConcurrentExactlyOnce(t *testing.T) {
 							if res.Action != receiver.Requeue {
 								mu.Lock()
 								problems = append(problems, fmt.Sprintf("%s: %+v", k, res))
+								mu.Unlock()
+								break
+							}
+							if ctx.Err() != nil {
+								mu.Lock()
+								problems = append(problems, fmt.Sprintf("%s not acknowledged within the test's deadline (last result %+v)", k, res))
 								mu.Unlock()
 								break
 							}
@@ -102,10 +113,14 @@ func TestConcurrentExactlyOnce(t *testing.T) {
 			}
 			rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 			for _, k := range order {
-				work <- k
+				select {
+				case work <- k:
+				case <-time.After(testWait + time.Minute):
+					t.Fatalf("no worker took key %s: the workers are stuck", k)
+				}
 			}
 			close(work)
-			wg.Wait()
+			waitGroup(t, &wg, testWait+time.Minute, "the workers finishing every key")
 			if len(problems) > 0 {
 				t.Fatal(problems)
 			}

@@ -113,7 +113,14 @@ func (w *world) process(d *delivery, md mode) (receiver.Result, bool) {
 		defer close(done)
 		done <- w.r.Process(context.Background(), m, w.handler(md))
 	}()
-	res, ok := <-done
+	var res receiver.Result
+	var ok bool
+	select {
+	case res, ok = <-done:
+	case <-time.After(time.Minute):
+		w.problem("Process of %s did not return within a minute", d.key)
+		return receiver.Result{}, false
+	}
 	w.mu.Lock()
 	w.deliveries++
 	if ok && res.Action == receiver.Ack {

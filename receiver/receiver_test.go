@@ -365,18 +365,18 @@ func TestNoPolicyAcksInFlight(t *testing.T) {
 		started, release := make(chan struct{}), make(chan struct{})
 		done := make(chan receiver.Result)
 		go func() {
-			done <- g.r.Process(bg, msg("ID:p:1"), func(context.Context, *receiver.Message) error {
+			done <- g.r.Process(bg, msg("ID:p:1"), func(ctx context.Context, _ *receiver.Message) error {
 				close(started)
-				<-release
+				blockUntil(ctx, t, release, testWait, "the test releasing the original")
 				return nil
 			})
 		}()
-		<-started
+		recv(t, started, testWait, "the original's handler starting")
 		if res := g.r.Process(bg, msg("ID:p:1"), okHandler); res.Action != receiver.Requeue || res.Reason != "in-flight" || res.Ran {
 			t.Errorf("policy %d, in flight here: %+v", p, res)
 		}
 		close(release)
-		if res := <-done; res.Action != receiver.Ack {
+		if res, _ := recv(t, done, testWait, "the original's Process returning"); res.Action != receiver.Ack {
 			t.Errorf("original: %+v", res)
 		}
 	}
@@ -391,16 +391,16 @@ func TestInFlightWait(t *testing.T) {
 			started, release := make(chan struct{}), make(chan struct{})
 			first := make(chan receiver.Result)
 			go func() {
-				first <- g.r.Process(bg, msg("ID:p:1"), func(context.Context, *receiver.Message) error {
+				first <- g.r.Process(bg, msg("ID:p:1"), func(ctx context.Context, _ *receiver.Message) error {
 					close(started)
-					<-release
+					blockUntil(ctx, t, release, testWait, "the test releasing the original")
 					if outcome == "failure" {
 						return errors.New("first failed")
 					}
 					return nil
 				})
 			}()
-			<-started
+			recv(t, started, testWait, "the original's handler starting")
 			ctx, cancel := context.WithCancel(bg)
 			defer cancel()
 			second := make(chan receiver.Result)
@@ -419,16 +419,17 @@ func TestInFlightWait(t *testing.T) {
 			}
 			if outcome == "ctx" {
 				cancel()
-				res := <-second
+				res, _ := recv(t, second, testWait, "the duplicate returning after its context was cancelled")
 				if res.Action != receiver.Requeue || res.Reason != "in-flight" {
 					t.Fatalf("ctx: %+v", res)
 				}
 				close(release)
-				<-first
+				recv(t, first, testWait, "the original's Process returning")
 				return
 			}
 			close(release)
-			r1, r2 := <-first, <-second
+			r1, _ := recv(t, first, testWait, "the original's Process returning")
+			r2, _ := recv(t, second, testWait, "the duplicate's Process returning")
 			switch outcome {
 			case "success":
 				if r1.Action != receiver.Ack || r2.Action != receiver.Ack || !r2.Duplicate || r2.Reason != "in-flight" || ran.Load() {
@@ -447,8 +448,8 @@ func TestRenewal(t *testing.T) {
 	t.Parallel()
 	g := newRig(t, true, func(c *receiver.Config) { c.RenewEvery = time.Millisecond })
 	res := g.r.Process(bg, msg("ID:p:1"), func(ctx context.Context, m *receiver.Message) error {
-		for g.store.callCount("renew") < 3 {
-			time.Sleep(time.Millisecond)
+		if !eventually(testWait, func() bool { return g.store.callCount("renew") >= 3 }) {
+			t.Errorf("timed out after %v: three renewals while the handler ran did not happen", testWait)
 		}
 		return nil
 	})
@@ -464,7 +465,9 @@ func TestRenewal(t *testing.T) {
 	// A lost claim cancels the handler's context.
 	res = g.r.Process(bg, msg("ID:p:2"), func(ctx context.Context, m *receiver.Message) error {
 		g.clock.Advance(2 * time.Minute) // the lease lapses; the next renew finds it lost
-		<-ctx.Done()
+		if !eventually(testWait, func() bool { return ctx.Err() != nil }) {
+			t.Errorf("timed out after %v: the lost claim did not cancel the handler's context", testWait)
+		}
 		if !errors.Is(context.Cause(ctx), idempotency.ErrClaimLost) {
 			t.Errorf("cause = %v", context.Cause(ctx))
 		}
@@ -476,8 +479,8 @@ func TestRenewal(t *testing.T) {
 	// A renewal error that is not a lost claim only logs.
 	g.store.setFail("renew", 2)
 	res = g.r.Process(bg, msg("ID:p:3"), func(ctx context.Context, m *receiver.Message) error {
-		for g.store.callCount("renew") < stopped+6 {
-			time.Sleep(time.Millisecond)
+		if !eventually(testWait, func() bool { return g.store.callCount("renew") >= stopped+6 }) {
+			t.Errorf("timed out after %v: renewals going on through renewal errors did not happen", testWait)
 		}
 		return ctx.Err()
 	})

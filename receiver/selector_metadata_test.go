@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"path/filepath"
@@ -519,7 +520,7 @@ func TestMetadataRace(t *testing.T) {
 					}()
 				}
 				close(start)
-				wg.Wait()
+				waitGroup(t, &wg, testWait, fmt.Sprintf("both consumers' selectors deciding step %d", i))
 				if e[0] != nil || e[1] != nil {
 					t.Fatalf("step %d: %v, %v", i, e[0], e[1])
 				}
@@ -577,7 +578,7 @@ func TestMetadataRaceOneSelector(t *testing.T) {
 				}
 			}()
 		}
-		wg.Wait()
+		waitGroup(t, &wg, testWait, fmt.Sprintf("both goroutines' selections of step %d", i))
 		if n := accepted.Load(); n != 1 {
 			t.Fatalf("step %d: %d accepted; want 1", i, n)
 		}

@@ -40,6 +40,10 @@ const (
 	// HeaderRetryReason is the Result.Reason of the attempt a retry copy
 	// follows ("handler-error", "panic", "in-flight", "store-error", ...).
 	HeaderRetryReason = "x-retry-reason"
+	// HeaderBodyOmitted is "true" on the dead-letter record of a frame cut
+	// by the size limits: the record carries the frame's essential headers
+	// and an empty body, because the consumer never held the original body.
+	HeaderBodyOmitted = "x-body-omitted"
 )
 
 // tlsConfig builds the client TLS configuration from Config.TLS or the

@@ -54,7 +54,8 @@ type Stats struct {
 	// original's ACK.
 	DeadLettersSent uint64
 	// Oversized counts frames cut for exceeding MaxHeaderBytes or
-	// MaxBodyBytes (returned to the broker with NACK).
+	// MaxBodyBytes; a record of each (without its body) is dead-lettered
+	// and counted in DeadLettersSent as well.
 	Oversized uint64
 	// Dropped counts received deliveries never processed because their
 	// connection was lost or the consumer stopped; the broker sends them
@@ -567,14 +568,7 @@ func (sr *subRun) handle(d *delivery) {
 	}
 	m := c.message(sr, d)
 	if d.cut != "" {
-		// Over a frame limit: the broker still has the full message, so it
-		// gets it back as a poison ack (ActiveMQ: to its DLQ intact).
-		c.st.oversized.Add(1)
-		c.log.Warn("stompconsumer: frame over the size limits returned to the broker with NACK",
-			"destination", m.Destination, "message-id", d.msg.Header.Get(frame.MessageId), "reason", d.cut)
-		if err := s.settle(d, func() error { return d.msg.Conn.Nack(d.msg) }); err != nil {
-			c.log.Warn("stompconsumer: NACK failed", "err", err)
-		}
+		s.deadLetterCut(d, m)
 		return
 	}
 	for {
@@ -682,6 +676,31 @@ func (s *session) deadLetter(d *delivery, m *receiver.Message, res receiver.Resu
 	h[HeaderOriginalDestination] = m.Destination
 	if s.resend(d, s.c.cfg.DeadLetterDestination, h) {
 		s.c.st.deadLettersSent.Add(1)
+	}
+}
+
+// deadLetterCut dead-letters a delivery the limiter cut: a record of it
+// (the headers the limiter kept, an empty body marked with
+// HeaderBodyOmitted, the reason) goes to the dead-letter destination in
+// one transaction with the ACK of the original. A NACK would not do:
+// ActiveMQ discards a non-persistent message on a NACK. The record is
+// logged without a body (the consumer never held it).
+func (s *session) deadLetterCut(d *delivery, m *receiver.Message) {
+	c := s.c
+	c.st.oversized.Add(1)
+	c.log.Warn("stompconsumer: frame over the size limits; dead-lettering a record of it without its body",
+		"destination", m.Destination, "message-id", d.msg.Header.Get(frame.MessageId),
+		"persistent", d.msg.Header.Get("persistent"), "reason", d.cut, "dead-letter", c.cfg.DeadLetterDestination)
+	h := copyHeaders(d.msg.Header)
+	if k := m.Key; k != "" {
+		h[receiver.HeaderOriginalKey] = k
+	}
+	h[receiver.HeaderDeadLetterReason] = truncate(d.cut, 1024)
+	h[receiver.HeaderAttempts] = "0"
+	h[HeaderOriginalDestination] = m.Destination
+	h[HeaderBodyOmitted] = "true"
+	if s.resend(d, c.cfg.DeadLetterDestination, h) {
+		c.st.deadLettersSent.Add(1)
 	}
 }
 

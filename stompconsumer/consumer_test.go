@@ -39,7 +39,7 @@ func TestConsumeQueue(t *testing.T) {
 	produce(t, addr, q, tag, n, nil)
 	l := newLedger()
 	c, err := New(Config{Addresses: []string{addr}, Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}},
-		DeadLetterDestination: "/queue/" + uniq("msgaudit.dlq")})
+		DeadLetterDestination: noDeadLetters(t, addr)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +49,9 @@ func TestConsumeQueue(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	l.verify(t, n)
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty after stop: %d left", len(left))
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 	t.Logf("stats %+v metrics %+v", c.Stats(), c.Metrics().Snapshot())
 }

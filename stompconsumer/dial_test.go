@@ -49,15 +49,35 @@ func debugLogger(w *syncBuffer) *slog.Logger {
 
 func nopHandler(context.Context, *receiver.Message) error { return nil }
 
-// runUntilReturn runs c.Run with a generous timeout and returns its error.
+// runUntilReturn runs c.Run with a generous timeout and returns its error;
+// Run must return on its own, before the timeout.
 func runUntilReturn(t *testing.T, c *Consumer) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	err := c.Run(ctx)
+	err := runFor(ctx, t, c)
 	if ctx.Err() != nil {
-		t.Fatalf("Run did not return on its own: %v", err)
+		t.Fatalf("Run did not return on its own within 60s: %v", err)
 	}
+	return err
+}
+
+// runFor runs c.Run(ctx) for a ctx that ends by itself (a timeout) and
+// returns its error; a Run still running 30s after ctx ended fails the
+// test instead of hanging it.
+func runFor(ctx context.Context, t *testing.T, c *Consumer) error {
+	t.Helper()
+	if _, ok := ctx.Deadline(); !ok {
+		t.Fatal("runFor needs a context with a deadline")
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	err, _ := recv(t, done, 30*time.Second, "Run to return after its context ended")
 	return err
 }
 
@@ -194,7 +214,7 @@ func TestStopWhileConnecting(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if err := c.Run(ctx); err != nil {
+	if err := runFor(ctx, t, c); err != nil {
 		t.Fatalf("Run = %v, want nil after cancel", err)
 	}
 	if c.Stats().ConnectErrors < 2 {
@@ -249,6 +269,7 @@ func TestTLSConsume(t *testing.T) {
 	} {
 		t.Run(variant.name, func(t *testing.T) {
 			cfg := variant.cfg
+			cfg.DeadLetterDestination = noDeadLetters(t, addr)
 			cfg.Subscriptions = []Subscription{{Destination: q, Handler: l.handler(0, 0)}}
 			c, err := New(cfg)
 			if err != nil {
@@ -266,7 +287,7 @@ func TestTLSConsume(t *testing.T) {
 		})
 	}
 	// Whatever the variants left is consumed by a last one.
-	c, err := New(Config{Addresses: []string{"ssl://" + tlsAddr}, CAFile: ca,
+	c, err := New(Config{Addresses: []string{"ssl://" + tlsAddr}, CAFile: ca, DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +298,7 @@ func TestTLSConsume(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.verify(t, n)
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }
 
 // TestTLSWrongCA: a CA that did not sign the broker's certificate fails at
@@ -422,7 +443,7 @@ func TestRefusedSubscribeBacksOff(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	if err := c.Run(ctx); err != nil {
+	if err := runFor(ctx, t, c); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
 	// Without backoff this loop reconnects hundreds of times a second.

@@ -83,18 +83,29 @@
 // subscription is; use a durable one (Subscription.Headers
 // activemq.subscriptionName and Config.ClientID) when that matters.
 //
-// The only NACK this package sends is for a frame cut by the size limits
-// (below): there the consumer does not hold the body, and the poison ack
-// lets the broker move the full message to its DLQ.
+// This package never sends NACK, not even for a frame cut by the size
+// limits (below): a NACK would discard a non-persistent message.
 //
 // # Frame limits
 //
 // go-stomp v3.1.3 bounds neither header lines nor bodies. The consumer
 // reads every frame through a limiter enforcing Config.MaxHeaderBytes
 // (default 64 KiB) and Config.MaxBodyBytes (default 16 MiB) while holding
-// at most one frame's allowed bytes. An oversized frame is cut to the
-// headers needed to acknowledge it, its remainder discarded as it
-// streams in, and the delivery is returned with NACK (Stats.Oversized).
+// at most one frame's allowed bytes. An oversized frame is cut to its
+// essential headers (message-id, ack, destination, content-type, the key
+// headers, …) and its remainder discarded as it streams in, so the
+// consumer never holds its body. The handler does not see it: in one
+// transaction with the ACK of the original, the consumer sends a
+// persistent record of it to Config.DeadLetterDestination, carrying the
+// kept headers, an empty body, HeaderBodyOmitted ("true"),
+// receiver.HeaderDeadLetterReason (which limit, and the body's size when
+// the broker sent a content-length) and HeaderOriginalDestination; it
+// logs it (without a body) and counts it in Stats.Oversized and
+// Stats.DeadLettersSent. The body itself is gone from the broker once the
+// record is committed: raise the limits, or have producers keep
+// messages below them, when the body matters. Persistent and
+// non-persistent messages are treated alike (a NACK would dead-letter the
+// first on the broker but discard the second).
 // A command line longer than MaxHeaderBytes is no STOMP and ends the
 // connection. What go-stomp still buffers on its own: up to 20 frames in
 // its read channel and 16 per subscription, each within the limits.

@@ -26,9 +26,8 @@ func stompAddr(t testing.TB) string {
 	return envOrSkip(t, "MSGAUDIT_STOMP_ADDR", "real ActiveMQ")
 }
 
-// testTag marks every message a test produces (a JMS-selector-friendly
-// property name) so its dead letters can be found in the shared
-// ActiveMQ.DLQ without touching other tests' messages.
+// testTag marks every message a test produces with the test's tag, so a
+// message found where it should not be can be traced to its test.
 const testTag = "msgauditTest"
 
 // uniq returns a name unique to this run.
@@ -86,28 +85,37 @@ func produce(t testing.TB, addr, dest, tag string, n int, hdr func(i int) map[st
 	}
 }
 
-// drain consumes (and acknowledges) whatever is left on dest, optionally
-// only messages matching selector, waiting quiet for a message before
-// deciding the destination is empty. It returns the drained messages'
-// headers.
-func drain(t testing.TB, addr, dest, selector string, quiet time.Duration) []map[string]string {
+// drainWait bounds a whole drain: a destination that keeps delivering
+// for this long fails the test instead of keeping it busy.
+const drainWait = 2 * time.Minute
+
+// drain consumes (and acknowledges) whatever is left on dest, waiting
+// quiet for a message before deciding the destination is empty. It
+// returns the drained messages' headers (the first value of each) and
+// their body under "body". Each test drains only destinations of its own
+// (its queues, its dead-letter destination, brokerDLQ of its queues), so
+// no selector is needed and what it finds is the test's own.
+func drain(t testing.TB, addr, dest string, quiet time.Duration) []map[string]string {
 	t.Helper()
 	c := rawDial(t, addr)
 	defer c.Disconnect()
-	opts := []func(*frame.Frame) error{stomp.SubscribeOpt.Header("activemq.prefetchSize", "100")}
-	if selector != "" {
-		opts = append(opts, stomp.SubscribeOpt.Header("selector", selector))
-	}
-	sub, err := c.Subscribe(dest, stomp.AckClientIndividual, opts...)
+	sub, err := c.Subscribe(dest, stomp.AckClientIndividual, stomp.SubscribeOpt.Header("activemq.prefetchSize", "100"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("drain %s: subscribe: %v", dest, err)
 	}
 	var got []map[string]string
+	deadline := time.NewTimer(drainWait)
+	defer deadline.Stop()
 	for {
+		idle := time.NewTimer(quiet)
 		select {
 		case m, ok := <-sub.C:
-			if !ok || m.Err != nil {
-				t.Fatalf("drain %s: %v", dest, m)
+			idle.Stop()
+			if !ok {
+				t.Fatalf("drain %s: subscription closed after %d messages", dest, len(got))
+			}
+			if m.Err != nil {
+				t.Fatalf("drain %s: %v", dest, m.Err)
 			}
 			h := make(map[string]string)
 			for i := 0; i < m.Header.Len(); i++ {
@@ -119,21 +127,67 @@ func drain(t testing.TB, addr, dest, selector string, quiet time.Duration) []map
 			h["body"] = string(m.Body)
 			got = append(got, h)
 			if err := c.Ack(m); err != nil {
-				t.Fatal(err)
+				t.Fatalf("drain %s: ack: %v", dest, err)
 			}
-		case <-time.After(quiet):
-			_ = sub.Unsubscribe()
+		case <-idle.C:
+			// No UNSUBSCRIBE: go-stomp v3.1.3 can miss its receipt and
+			// stall for its 30s timeout. The deferred DISCONNECT ends the
+			// subscription.
 			return got
+		case <-deadline.C:
+			idle.Stop()
+			t.Fatalf("drain %s: still delivering after %v (%d messages)", dest, drainWait, len(got))
 		}
 	}
 }
 
-// checkBrokerDLQ fails if ActiveMQ.DLQ holds any message of this test (by
-// tag), and removes those it finds.
-func checkBrokerDLQ(t testing.TB, addr, tag string) {
+// noDeadLetters returns a dead-letter destination of the test's own for a
+// consumer that must dead-letter nothing, and checks that it is empty when
+// the test ends (cleanups run last-registered first, so after the
+// consumers started later have stopped).
+func noDeadLetters(t *testing.T, addr string) string {
 	t.Helper()
-	if got := drain(t, addr, "/queue/ActiveMQ.DLQ", fmt.Sprintf("%s = '%s'", testTag, tag), 300*time.Millisecond); len(got) > 0 {
-		t.Errorf("ActiveMQ.DLQ holds %d messages of this test, first: %v", len(got), got[0])
+	dlq := "/queue/" + uniq("msgaudit.dlq")
+	t.Cleanup(func() {
+		if dl := drain(t, addr, dlq, 300*time.Millisecond); len(dl) != 0 {
+			t.Errorf("the consumer dead-lettered %d messages into %s, first: %v", len(dl), dlq, short(dl[0]))
+		}
+	})
+	return dlq
+}
+
+// short returns drained headers with the body cut to 64 bytes, for
+// failure messages.
+func short(h map[string]string) map[string]string {
+	c := make(map[string]string, len(h))
+	for k, v := range h {
+		c[k] = v
+	}
+	if b := c["body"]; len(b) > 64 {
+		c["body"] = fmt.Sprintf("%s… (%d bytes)", b[:64], len(b))
+	}
+	return c
+}
+
+// brokerDLQ is where the test broker dead-letters what it gives up on
+// from queue q (a NACKed persistent message, an expired one): its
+// per-queue dead-letter strategy puts it in /queue/DLQ.<name of q>. Only
+// queues have one; what the broker dead-letters from a topic goes to the
+// shared ActiveMQ.DLQ, which no test reads.
+func brokerDLQ(q string) string {
+	return "/queue/DLQ." + strings.TrimPrefix(q, "/queue/")
+}
+
+// checkBrokerDLQ fails if the broker dead-lettered any message from queue
+// q (the consumer never hands a message to the broker's dead-lettering),
+// and removes those it finds.
+func checkBrokerDLQ(t testing.TB, addr, q string) {
+	t.Helper()
+	if !strings.HasPrefix(q, "/queue/") {
+		t.Fatalf("checkBrokerDLQ(%q): the broker keeps a dead-letter queue per queue only", q)
+	}
+	if got := drain(t, addr, brokerDLQ(q), 300*time.Millisecond); len(got) > 0 {
+		t.Errorf("the broker dead-lettered %d messages from %s into %s, first: %v", len(got), q, brokerDLQ(q), short(got[0]))
 	}
 }
 

@@ -78,13 +78,13 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	if cuts != 3 {
 		t.Errorf("cut %d live connections, want 3", cuts)
 	}
-	if left := drain(t, addr, q, "", 500*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 500*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d left, first %v", len(left), left[0])
 	}
-	if dl := drain(t, addr, dlq, "", 300*time.Millisecond); len(dl) != 0 {
+	if dl := drain(t, addr, dlq, 300*time.Millisecond); len(dl) != 0 {
 		t.Errorf("dead-letter destination holds %d messages, first %v", len(dl), dl[0])
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 
 	m1, m2 := c1.Metrics().Snapshot(), c2.Metrics().Snapshot()
 	s1, s2 := c1.Stats(), c2.Stats()

@@ -121,12 +121,13 @@ func TestInboxExactlyOnce(t *testing.T) {
 	if fails.Load() == 0 {
 		t.Error("no handler failure was injected: the retry path was not exercised")
 	}
-	if left := drain(t, addr, q, "", 500*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 500*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d left", len(left))
 	}
-	if dl := drain(t, addr, dlq, "", 300*time.Millisecond); len(dl) != 0 {
+	if dl := drain(t, addr, dlq, 300*time.Millisecond); len(dl) != 0 {
 		t.Errorf("dead-letter destination holds %d messages", len(dl))
 	}
+	checkBrokerDLQ(t, addr, q)
 	m1, m2 := c1.Metrics().Snapshot(), c2.Metrics().Snapshot()
 	t.Logf("injected failures %d; consumer 1: processed %d, duplicates other (inbox) %d, audit %d; consumer 2: processed %d, inbox %d, audit %d",
 		fails.Load(), m1.Processed, m1.DuplicatesOther, m1.DuplicatesAudit, m2.Processed, m2.DuplicatesOther, m2.DuplicatesAudit)

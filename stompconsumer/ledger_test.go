@@ -93,14 +93,58 @@ func (l *ledger) verify(t *testing.T, n int) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds; after d it fails the test, saying
+// what did not happen.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !eventually(d, cond) {
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+	}
+}
+
+// eventually polls cond until it holds (true) or d passes (false); for
+// goroutines that must not call t.Fatal and for waits whose failure the
+// test explains itself.
+func eventually(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
+}
+
+// recv receives one value from ch; after d it fails the test, saying what
+// did not happen. ok is false when ch was closed.
+func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) (v T, ok bool) {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case v, ok = <-ch:
+		return v, ok
+	case <-timer.C:
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+		return v, false
+	}
+}
+
+// blockUntil is a handler's wait for the test to release it: true when
+// release is closed, false (after failing the test) when ctx ends or d
+// passes first, so a test that fails early never leaves a handler, and
+// with it the consumer's stop, blocked for good.
+func blockUntil(ctx context.Context, t *testing.T, release <-chan struct{}, d time.Duration, what string) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-release:
+		return true
+	case <-ctx.Done():
+		t.Errorf("a handler's context ended while it waited for %s", what)
+	case <-timer.C:
+		t.Errorf("a handler waited %v for %s", d, what)
+	}
+	return false
 }

@@ -19,12 +19,14 @@ import (
 // same frame with only the headers needed to acknowledge it (message-id,
 // ack, subscription, destination, …), content-length 0 and an empty body,
 // and the rest of it is discarded as it streams in. The rewritten
-// delivery's ack id is recorded, so the consumer knows (without trusting
-// any header a producer could set) that the delivery was cut, and returns
-// it to the broker with NACK, which ActiveMQ turns into a move to its DLQ
-// with the full original body (a non-persistent message is dropped there,
-// per ActiveMQ's default dead-letter strategy). Killing the connection
-// instead would make the broker redeliver the same frame forever.
+// delivery's ack id is recorded with the reason, so the consumer knows
+// (without trusting any header a producer could set) that the delivery was
+// cut. The consumer then dead-letters a record of it (the kept headers, an
+// empty body marked as omitted, the reason) committed with the ACK of the
+// original. It does not return it with NACK: ActiveMQ dead-letters a
+// persistent message on a NACK but discards a non-persistent one, which
+// would lose it. Killing the connection instead would make the broker
+// redeliver the same frame forever.
 
 // essentialHeaders are kept when a frame is cut.
 var essentialHeaders = []string{
@@ -221,7 +223,7 @@ func (l *limitReader) feed(data []byte) {
 				chunk = data[:i]
 			}
 			if len(l.body)+len(chunk) > l.maxBody {
-				l.emitCut(l.hdr, "body larger than MaxBodyBytes")
+				l.emitCut(l.hdr, "oversized: body (no content-length) over MaxBodyBytes ("+strconv.Itoa(l.maxBody)+" bytes)")
 				l.body = l.body[:0]
 				l.state = limDiscardNUL
 				continue
@@ -287,7 +289,7 @@ func (l *limitReader) endHeader() {
 		l.out = append(l.out, l.hdr...)
 		l.state = limIdle
 	case ok && cl > int64(l.maxBody):
-		l.emitCut(l.hdr, "body larger than MaxBodyBytes")
+		l.emitCut(l.hdr, "oversized: body of "+strconv.FormatInt(cl, 10)+" bytes over MaxBodyBytes ("+strconv.Itoa(l.maxBody)+" bytes)")
 		l.remain, l.state = cl, limDiscardLen
 	case ok:
 		l.out = append(l.out, l.hdr...)
@@ -332,7 +334,11 @@ func (l *limitReader) startOverflow() {
 // the body.
 func (l *limitReader) cutHeader() {
 	cl, ok := l.ovCL, l.ovHas
-	l.emitCut(l.kept, "header block larger than MaxHeaderBytes")
+	reason := "oversized: header block over MaxHeaderBytes (" + strconv.Itoa(l.maxHeader) + " bytes)"
+	if ok {
+		reason += ", body of " + strconv.FormatInt(cl, 10) + " bytes"
+	}
+	l.emitCut(l.kept, reason)
 	l.line, l.lineOK = l.line[:0], true
 	switch {
 	case ok && cl == 0:

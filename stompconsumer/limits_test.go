@@ -100,9 +100,9 @@ func TestLimitCuts(t *testing.T) {
 		reason   string
 		keepsKey bool
 	}{
-		{"body with content-length", msgFrame(essentials+"x-key:k1\nx-custom:v\n", big, true), "body", true},
-		{"body without content-length", msgFrame(essentials+"x-key:k1\nx-custom:v\n", big, false), "body", true},
-		{"header block, essentials after the limit", "MESSAGE\n" + manyHeaders + essentials + "x-key:k1\nx-custom:v\ncontent-length:2\n\nhi\x00", "header", true},
+		{"body with content-length", msgFrame(essentials+"x-key:k1\nx-custom:v\n", big, true), "oversized: body of 200 bytes over MaxBodyBytes (64 bytes)", true},
+		{"body without content-length", msgFrame(essentials+"x-key:k1\nx-custom:v\n", big, false), "oversized: body (no content-length) over MaxBodyBytes (64 bytes)", true},
+		{"header block, essentials after the limit", "MESSAGE\n" + manyHeaders + essentials + "x-key:k1\nx-custom:v\ncontent-length:2\n\nhi\x00", "oversized: header block over MaxHeaderBytes (1024 bytes), body of 2 bytes", true},
 		{"header block, essentials before the limit", "MESSAGE\n" + essentials + manyHeaders + "x-custom:v\n\nhi\x00", "header", false},
 		{"header block and body", "MESSAGE\n" + essentials + manyHeaders + "x-custom:v\ncontent-length:200\n\n" + big + "\x00", "header", false},
 		{"header block and binary body, content-length after the limit", "MESSAGE\n" + essentials + manyHeaders + "content-length:5\n\na\x00b\x00c\x00", "header", false},

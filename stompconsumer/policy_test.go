@@ -2,7 +2,7 @@ package stompconsumer
 
 import (
 	"context"
-	"github.com/go-stomp/stomp/v3/frame"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/receiver"
+	"github.com/go-stomp/stomp/v3/frame"
 )
 
 // TestDuplicatePolicies sends one message twice under the same producer
@@ -82,7 +83,7 @@ func TestDuplicatePolicies(t *testing.T) {
 			if got := hooked.Load(); got != int64(tt.wantHooked) {
 				t.Errorf("OnDuplicate ran %d times, want %d", got, tt.wantHooked)
 			}
-			dl := drain(t, addr, dlq, "", 300*time.Millisecond)
+			dl := drain(t, addr, dlq, 300*time.Millisecond)
 			if len(dl) != tt.wantDLQ {
 				t.Errorf("dead-letter destination holds %d, want %d", len(dl), tt.wantDLQ)
 			}
@@ -94,76 +95,159 @@ func TestDuplicatePolicies(t *testing.T) {
 			if m := c.Metrics().Snapshot(); m.Duplicates() != 1 {
 				t.Errorf("duplicates counted %d, want 1 (%+v)", m.Duplicates(), m)
 			}
-			if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+			if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 				t.Errorf("queue not empty: %v", left)
 			}
-			checkBrokerDLQ(t, addr, tag)
+			checkBrokerDLQ(t, addr, q)
 		})
 	}
 }
 
-// TestOversizedFrames: frames over MaxBodyBytes or MaxHeaderBytes are cut
-// by the limiter and returned with NACK, which ActiveMQ turns into a move
-// of the full, persistent message to ActiveMQ.DLQ; the consumer keeps
-// going and the other messages are applied.
-func TestOversizedFrames(t *testing.T) {
+// oversizedCase is one message a test sends over a frame limit, or under
+// it.
+type oversizedCase struct {
+	key        string // x-idem-key, kept on a cut frame
+	body       string
+	fat        string // an extra header's value (x-fat), "" for none
+	persistent bool
+	reason     string // "" if it fits the limits, else what the reason names
+}
+
+// runOversized sends the cases to a fresh queue, in order, and consumes it
+// with a consumer with the given limits and a dead-letter destination of
+// its own. Every case that fits must be applied once; every one that does
+// not must be in that dead-letter destination as a record (its key and
+// origin kept, an empty body marked as omitted, the reason), whether it
+// was persistent or not; nothing may be left on the queue or in the
+// broker's dead-letter queue.
+func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 	addr := stompAddr(t)
 	q := "/queue/" + uniq("msgaudit.big")
+	dlq := "/queue/" + uniq("msgaudit.big.dlq")
 	tag := uniq("tag")
-	big := strings.Repeat("b", 20<<10)
 	p := rawDial(t, addr)
-	send := func(body string, hdr ...string) {
-		opts := []func(*frame.Frame) error{stompHeader("persistent", "true"), stompHeader(testTag, tag)}
-		for i := 0; i+1 < len(hdr); i += 2 {
-			opts = append(opts, stompHeader(hdr[i], hdr[i+1]))
+	for _, tc := range cases {
+		opts := []func(*frame.Frame) error{stompHeader(testTag, tag), stompHeader("x-idem-key", tc.key)}
+		if tc.persistent {
+			opts = append(opts, stompHeader("persistent", "true"))
 		}
-		if err := p.Send(q, "text/plain", []byte(body), opts...); err != nil {
-			t.Fatal(err)
+		if tc.fat != "" {
+			opts = append(opts, stompHeader("x-fat", tc.fat))
+		}
+		if err := p.Send(q, "text/plain", []byte(tc.body), opts...); err != nil {
+			t.Fatalf("send %s: %v", tc.key, err)
 		}
 	}
-	send("small-1")
-	send(big)
-	send("small-2")
-	send("hdr", "x-fat", strings.Repeat("h", 4<<10))
-	send("small-3")
-	if err := p.Disconnect(); err != nil {
+	if err := p.Disconnect(); err != nil { // its receipt: the broker has every message
 		t.Fatal(err)
 	}
+	var small, big int
+	for _, tc := range cases {
+		if tc.reason == "" {
+			small++
+		} else {
+			big++
+		}
+	}
 	l := newLedger()
-	c, err := New(Config{Addresses: []string{addr}, MaxBodyBytes: 8 << 10, MaxHeaderBytes: 2 << 10,
-		DeadLetterDestination: "/queue/" + uniq("msgaudit.big.dlq"),
-		Subscriptions:         []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
+	c, err := New(Config{Addresses: []string{addr}, MaxBodyBytes: maxBody, MaxHeaderBytes: maxHeader,
+		KeyHeader: "x-idem-key", DeadLetterDestination: dlq,
+		Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := runConsumer(t, c)
-	waitFor(t, 20*time.Second, "small messages applied and big ones returned", func() bool {
-		return l.count() >= 3 && c.Stats().Oversized >= 2
+	// The graceful stop settles what is in flight, the oversized ones'
+	// dead letters included.
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d messages applied and %d oversized ones cut", small, big), func() bool {
+		return l.count() >= small && c.Stats().Oversized >= uint64(big)
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{"small-1", "small-2", "small-3"} {
-		if l.applied[b] != 1 {
-			t.Errorf("%s applied %d times", b, l.applied[b])
-		}
+	if s := c.Stats(); s.Oversized != uint64(big) || s.DeadLettersSent != uint64(big) {
+		t.Errorf("oversized %d, dead letters sent %d; want %d each", s.Oversized, s.DeadLettersSent, big)
 	}
-	if l.count() != 3 {
-		t.Errorf("applied %v", l.applied)
-	}
-	// ActiveMQ moved the full messages to its DLQ (this also removes them).
-	dl := drain(t, addr, "/queue/ActiveMQ.DLQ", testTag+" = '"+tag+"'", time.Second)
-	bodies := map[string]bool{}
+	dl := drain(t, addr, dlq, time.Second)
+	records := map[string]map[string]string{}
 	for _, h := range dl {
-		bodies[h["body"]] = true
-		if h["original-destination"] != q {
-			t.Errorf("DLQ copy from %q, want %q", h["original-destination"], q)
+		if records[h["x-idem-key"]] != nil {
+			t.Errorf("two dead letters of %s", h["x-idem-key"])
+		}
+		records[h["x-idem-key"]] = h
+	}
+	for _, tc := range cases {
+		h := records[tc.key]
+		if tc.reason == "" {
+			if l.applied[tc.body] != 1 {
+				t.Errorf("%s applied %d times, want once", tc.key, l.applied[tc.body])
+			}
+			if h != nil {
+				t.Errorf("%s fits the limits but was dead-lettered: %v", tc.key, short(h))
+			}
+			continue
+		}
+		if h == nil {
+			t.Errorf("%s (persistent %v, %s over the limit) is not in the dead-letter destination: lost", tc.key, tc.persistent, tc.reason)
+			continue
+		}
+		if l.applied[tc.body] != 0 {
+			t.Errorf("%s was handed to the handler", tc.key)
+		}
+		if h["body"] != "" || h[HeaderBodyOmitted] != "true" {
+			t.Errorf("%s: record carries %d body bytes and %s=%q; want none and \"true\"", tc.key, len(h["body"]), HeaderBodyOmitted, h[HeaderBodyOmitted])
+		}
+		if r := h[receiver.HeaderDeadLetterReason]; !strings.HasPrefix(r, "oversized:") || !strings.Contains(r, tc.reason) {
+			t.Errorf("%s: reason %q, want an oversized %s", tc.key, r, tc.reason)
+		}
+		if h[HeaderOriginalDestination] != q || h[receiver.HeaderOriginalKey] != tc.key || h["persistent"] != "true" {
+			t.Errorf("%s: record headers %v; want origin %s, its key and persistent", tc.key, short(h), q)
+		}
+		if _, ok := h["x-fat"]; ok {
+			t.Errorf("%s: record kept the oversized header", tc.key)
 		}
 	}
-	if len(dl) != 2 || !bodies[big] || !bodies["hdr"] {
-		t.Errorf("ActiveMQ.DLQ holds %d of our messages (full big body: %v, fat header: %v)", len(dl), bodies[big], bodies["hdr"])
+	if len(dl) != big {
+		t.Errorf("dead-letter destination holds %d records, want %d", len(dl), big)
 	}
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if l.count() != small {
+		t.Errorf("applied %v, want %d messages", l.applied, small)
+	}
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d", len(left))
 	}
+	checkBrokerDLQ(t, addr, q)
+}
+
+// TestOversizedFrames: frames over MaxBodyBytes or MaxHeaderBytes are cut
+// by the limiter and dead-lettered as records, persistent or not (a NACK
+// would make ActiveMQ discard a non-persistent one); the consumer keeps
+// going and the other messages are applied.
+func TestOversizedFrames(t *testing.T) {
+	big := strings.Repeat("b", 20<<10)
+	fat := strings.Repeat("h", 4<<10)
+	runOversized(t, 2<<10, 8<<10, []oversizedCase{
+		{key: "small:1", body: "small-1", persistent: true},
+		{key: "bigp:1", body: big, persistent: true, reason: "body of 20480 bytes"},
+		{key: "small:2", body: "small-2"},
+		{key: "bignp:1", body: big + "n", reason: "body of 20481 bytes"},
+		{key: "hdrp:1", body: "hdr-p", fat: fat, persistent: true, reason: "header block"},
+		{key: "hdrnp:1", body: "hdr-np", fat: fat, reason: "header block"},
+		{key: "small:3", body: "small-3", persistent: true},
+	})
+}
+
+// TestOversizedDefaultLimits: with the default limits, a 17 MiB message
+// sent without persistent:true (STOMP's default) and a persistent one both
+// end up in the consumer's dead-letter destination.
+func TestOversizedDefaultLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends 34 MiB through ActiveMQ; skipped with -short")
+	}
+	big := strings.Repeat("x", 17<<20)
+	runOversized(t, 0, 0, []oversizedCase{
+		{key: "bignp:1", body: big, reason: "body of 17825792 bytes over MaxBodyBytes (16777216 bytes)"},
+		{key: "small:1", body: "small-1"},
+		{key: "bigp:1", body: big + "p", persistent: true, reason: "body of 17825793 bytes"},
+	})
 }

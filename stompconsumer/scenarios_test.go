@@ -24,13 +24,16 @@ func redisStore(t *testing.T) idempotency.Store {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	s, err := idempotency.Open(ctx, url+sep+"msgaudit_prefix="+prefix, idempotency.Options{ClaimTTL: 30 * time.Second, Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		s.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
 		opt, err := redis.ParseURL(url)
 		if err != nil {
 			return
@@ -100,13 +103,13 @@ func TestCompetingConsumersSharedStore(t *testing.T) {
 		}
 	}
 	l.verify(t, n)
-	if left := drain(t, addr, q, "", 500*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 500*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d left", len(left))
 	}
-	if dl := drain(t, addr, dlq, "", 300*time.Millisecond); len(dl) != 0 {
+	if dl := drain(t, addr, dlq, 300*time.Millisecond); len(dl) != 0 {
 		t.Errorf("dead-letter destination holds %d messages", len(dl))
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 	if perConsumer[0].Load() == 0 || perConsumer[1].Load() == 0 {
 		t.Errorf("no competition: consumer A applied %d, B %d", perConsumer[0].Load(), perConsumer[1].Load())
 	}
@@ -141,7 +144,7 @@ func TestTopicSubscribers(t *testing.T) {
 	}
 	backoff := Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond}
 	x, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
-		DeadLetterDestination: "/queue/" + uniq("msgaudit.topic.dlq"),
+		DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{
 			{Destination: topic, Name: "sub-a", Handler: handler(0)},
 			{Destination: topic, Name: "sub-b", Handler: handler(1), Concurrency: 3},
@@ -149,7 +152,7 @@ func TestTopicSubscribers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
+	y, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff, DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{{Destination: topic, Handler: handler(2)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +232,7 @@ func TestDeadLetterPaths(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	dl := drain(t, addr, dlq, "", 500*time.Millisecond)
+	dl := drain(t, addr, dlq, 500*time.Millisecond)
 	got := map[string]map[string]string{}
 	for _, h := range dl {
 		got[h["body"]] = h
@@ -267,10 +270,10 @@ func TestDeadLetterPaths(t *testing.T) {
 	if len(l.doubles) != 0 || l.count() != n-4 {
 		t.Errorf("applied %d (doubles %v), want %d", l.count(), l.doubles, n-4)
 	}
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %v", left)
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }
 
 // TestHandlerPanics: a handler that panics on the first attempt of every
@@ -285,7 +288,7 @@ func TestHandlerPanics(t *testing.T) {
 	l := newLedger()
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	c, err := New(Config{Addresses: []string{addr}, Concurrency: 4, DeadLetterDestination: "/queue/" + uniq("msgaudit.panic.dlq"),
+	c, err := New(Config{Addresses: []string{addr}, Concurrency: 4, DeadLetterDestination: noDeadLetters(t, addr),
 		RetryBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			mu.Lock()
@@ -311,10 +314,10 @@ func TestHandlerPanics(t *testing.T) {
 	if m.Panics != n || c.Stats().RetriesSent != n {
 		t.Errorf("panics %d, retry copies %d, want %d each", m.Panics, c.Stats().RetriesSent, n)
 	}
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d", len(left))
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }
 
 // flakyStore fails every call while down is set.
@@ -375,12 +378,12 @@ func TestStoreDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.verify(t, n)
-	if dl := drain(t, addr, dlq, "", 300*time.Millisecond); len(dl) != 0 {
+	if dl := drain(t, addr, dlq, 300*time.Millisecond); len(dl) != 0 {
 		t.Errorf("%d messages dead-lettered because the store was down", len(dl))
 	}
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d", len(left))
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 	t.Logf("store calls %d, hand-backs %d, metrics %+v", store.calls.Load(), c.Stats().RetriesSent, c.Metrics().Snapshot())
 }

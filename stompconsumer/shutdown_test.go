@@ -2,6 +2,7 @@ package stompconsumer
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +24,7 @@ func TestGracefulStop(t *testing.T) {
 	var running atomic.Int64
 	inflight := make(chan struct{}, n)
 	h := l.handler(0, 0)
-	c, err := New(Config{Addresses: []string{addr}, Prefetch: n, Concurrency: 3,
+	c, err := New(Config{Addresses: []string{addr}, Prefetch: n, Concurrency: 3, DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			running.Add(1)
 			defer running.Add(-1)
@@ -35,8 +36,8 @@ func TestGracefulStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runConsumer(t, c)
-	for range 4 {
-		<-inflight
+	for i := range 4 {
+		recv(t, inflight, 30*time.Second, fmt.Sprintf("handler %d of 4 to start", i+1))
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -48,7 +49,7 @@ func TestGracefulStop(t *testing.T) {
 	if applied < 4 || applied == n {
 		t.Fatalf("applied %d of %d: the stop did not land mid-run", applied, n)
 	}
-	left := drain(t, addr, q, "", 500*time.Millisecond)
+	left := drain(t, addr, q, 500*time.Millisecond)
 	l.mu.Lock()
 	for _, h := range left {
 		if l.applied[h["body"]] != 0 {
@@ -62,7 +63,7 @@ func TestGracefulStop(t *testing.T) {
 	if s := c.Stats(); s.StaleAcks != 0 || s.Dropped == 0 {
 		t.Errorf("stats %+v: want no stale acks and some dropped (prefetched, not started) deliveries", s)
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }
 
 // TestFailover: the first broker address goes away (its connections are
@@ -77,7 +78,7 @@ func TestFailover(t *testing.T) {
 	a, b := newProxy(t, addr), newProxy(t, addr)
 	l := newLedger()
 	l.delay = time.Millisecond
-	c, err := New(Config{Addresses: []string{"tcp://" + a.Addr(), b.Addr()}, Prefetch: 20,
+	c, err := New(Config{Addresses: []string{"tcp://" + a.Addr(), b.Addr()}, Prefetch: 20, DeadLetterDestination: noDeadLetters(t, addr),
 		ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond},
 		Subscriptions:    []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
 	if err != nil {
@@ -101,8 +102,8 @@ func TestFailover(t *testing.T) {
 	if s := c.Stats(); s.Reconnects != 1 || s.Connects != 2 {
 		t.Errorf("stats %+v, want one reconnect", s)
 	}
-	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
+	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d", len(left))
 	}
-	checkBrokerDLQ(t, addr, tag)
+	checkBrokerDLQ(t, addr, q)
 }

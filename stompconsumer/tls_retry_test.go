@@ -39,7 +39,7 @@ func fakeTLSPeer(t *testing.T, hold bool) string {
 	}()
 	t.Cleanup(func() {
 		ln.Close()
-		<-done
+		recv(t, done, 10*time.Second, "the fake peer's accept loop to end")
 		mu.Lock()
 		for _, c := range held {
 			c.Close()
@@ -82,7 +82,7 @@ func TestStopDuringTLSHandshake(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if err := c.Run(ctx); err != nil {
+	if err := runFor(ctx, t, c); err != nil {
 		t.Fatalf("Run = %v, want nil after cancel during the handshake", err)
 	}
 }
