@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/nilcheck"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-stomp/stomp/v3"
@@ -29,6 +31,8 @@ type Consumer struct {
 	running atomic.Bool
 	gen     atomic.Uint64
 	st      stats
+
+	guaranteeOnce sync.Once
 }
 
 // stats are the transport's own counters (the receiver counts the rest).
@@ -164,6 +168,9 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Receiver != nil {
 		c.rcv = cfg.Receiver
 	} else {
+		if err := checkStore(cfg.Store, cfg.MemoryOnly); err != nil {
+			return nil, err
+		}
 		audit := cfg.Audit
 		if audit == nil {
 			if audit, err = defaultAudit(); err != nil {
@@ -193,6 +200,35 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	c.metrics = c.rcv.Metrics()
 	return c, nil
+}
+
+// checkStore makes durability an explicit choice: a usable store, or
+// MemoryOnly.
+func checkStore(store idempotency.Store, memoryOnly bool) error {
+	switch {
+	case store == nil && !memoryOnly:
+		return fmt.Errorf("%w: no Store: set Store to an idempotency store (idempotency.Open) so restarts and other consumers never apply a message twice, or MemoryOnly: true to detect duplicates within this process only", ErrConfig)
+	case store != nil && nilcheck.IsNil(store):
+		return fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?)", ErrConfig, store)
+	case store != nil && memoryOnly:
+		return fmt.Errorf("%w: both Store and MemoryOnly set", ErrConfig)
+	}
+	return nil
+}
+
+// logGuarantee says once, at the first Run, what the duplicate detection
+// survives.
+func (c *Consumer) logGuarantee() {
+	c.guaranteeOnce.Do(func() {
+		switch {
+		case c.cfg.Receiver != nil:
+		case c.cfg.MemoryOnly:
+			c.log.Warn("stompconsumer: memory-only duplicate detection (Config.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again")
+		default:
+			c.log.Info("stompconsumer: durable duplicate detection: finished work is recognised across restarts and by every consumer sharing the store",
+				"store", fmt.Sprintf("%T", c.cfg.Store))
+		}
+	})
 }
 
 // CarriedKey wraps a key function so that a copy this package resent (a
@@ -243,6 +279,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
+	c.logGuarantee()
 
 	// Handlers outlive ctx by up to ShutdownTimeout.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -44,7 +44,7 @@ func TestDuplicatePolicies(t *testing.T) {
 			var calls []bool // Duplicate flag per call on key 7
 			var hooked atomic.Int64
 			var done atomic.Int64
-			c, err := New(Config{Addresses: []string{addr}, KeyHeader: "x-idem-key", DuplicatePolicy: tt.policy,
+			c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, KeyHeader: "x-idem-key", DuplicatePolicy: tt.policy,
 				DeadLetterDestination: dlq,
 				OnDuplicate: func(_ context.Context, m *receiver.Message, reason string) {
 					if tt.policy == receiver.DuplicateHook {
@@ -130,7 +130,7 @@ func TestOversizedFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := newLedger()
-	c, err := New(Config{Addresses: []string{addr}, MaxBodyBytes: 8 << 10, MaxHeaderBytes: 2 << 10,
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, MaxBodyBytes: 8 << 10, MaxHeaderBytes: 2 << 10,
 		DeadLetterDestination: "/queue/" + uniq("msgaudit.big.dlq"),
 		Subscriptions:         []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
 	if err != nil {

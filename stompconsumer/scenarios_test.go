@@ -140,7 +140,7 @@ func TestTopicSubscribers(t *testing.T) {
 		}
 	}
 	backoff := Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond}
-	x, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
+	x, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
 		DeadLetterDestination: "/queue/" + uniq("msgaudit.topic.dlq"),
 		Subscriptions: []Subscription{
 			{Destination: topic, Name: "sub-a", Handler: handler(0)},
@@ -149,7 +149,7 @@ func TestTopicSubscribers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
+	y, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
 		Subscriptions: []Subscription{{Destination: topic, Handler: handler(2)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestDeadLetterPaths(t *testing.T) {
 	l := newLedger()
 	var poisonCalls atomic.Int64
 	h := l.handler(0, 0)
-	c, err := New(Config{Addresses: []string{addr}, KeyHeader: "x-idem-key", MaxAttempts: 3, DeadLetterDestination: dlq,
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, KeyHeader: "x-idem-key", MaxAttempts: 3, DeadLetterDestination: dlq,
 		RetryBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			if string(m.Body) == "11" {
@@ -285,7 +285,7 @@ func TestHandlerPanics(t *testing.T) {
 	l := newLedger()
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	c, err := New(Config{Addresses: []string{addr}, Concurrency: 4, DeadLetterDestination: "/queue/" + uniq("msgaudit.panic.dlq"),
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, Concurrency: 4, DeadLetterDestination: "/queue/" + uniq("msgaudit.panic.dlq"),
 		RetryBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			mu.Lock()
