@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/nilcheck"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/tlsconf"
 	"github.com/acemq/msgaudit/receiver"
@@ -42,7 +43,8 @@ const (
 )
 
 // Config configures a Consumer. The zero value of every field means its
-// default; URL, Queue and Handler are required.
+// default; URL, Queue and Handler are required, and so is the choice of
+// durability: Store, StoreURL, MemoryOnly, or a prebuilt Receiver.
 //
 // Config implements fmt.Formatter and String: printing it with any verb
 // redacts the password of URL and StoreURL.
@@ -58,9 +60,18 @@ type Config struct {
 	TLS                                   *tls.Config
 	CAFile, CertFile, KeyFile, ServerName string
 
-	// Queue is consumed with manual acknowledgements. It must exist (the
-	// consumer does not declare it).
+	// Queue is consumed with manual acknowledgements. Unless Declare is
+	// set the consumer does not declare it: it must exist, and a missing
+	// queue makes Run return an error wrapping ErrNoQueue (not retried).
 	Queue string
+
+	// Declare makes the consumer declare Queue on every connection, durable
+	// (not exclusive, not auto-deleted), with QueueArguments (for example
+	// amqp.Table{"x-queue-type": "quorum"}). Declaring an existing queue
+	// with other arguments is refused by the broker: Run returns an error
+	// wrapping ErrDeclare (not retried).
+	Declare        bool
+	QueueArguments amqp.Table
 
 	// Handler processes each message, wrapped in the duplicate pipeline.
 	Handler receiver.Handler
@@ -138,10 +149,18 @@ type Config struct {
 	// surviving restarts). When nil and StoreURL is set, Run opens the
 	// store from StoreURL ("redis://…", "rediss://…" — Fency's default —
 	// or "postgres://…", "sqlite:PATH", "memory") and closes it when it
-	// returns. With neither, only the in-memory tier runs: duplicates after
-	// a restart or on another consumer are not recognised (logged at warn).
+	// returns. One of Store, StoreURL, MemoryOnly or Receiver is required;
+	// a Store holding a nil pointer (as an unchecked idempotency.Open error
+	// leaves it) is an error from New.
 	Store    idempotency.Store
 	StoreURL string
+
+	// MemoryOnly runs the consumer without a durable store, on purpose:
+	// duplicates are absorbed only while this process runs; after a
+	// restart, or on another consumer of the queue, a redelivery of work
+	// already done is applied again. Run logs this guarantee once at
+	// start. Setting it together with Store or StoreURL is an error.
+	MemoryOnly bool
 
 	// Namespace scopes the store's keys; default the queue name, which
 	// makes the key Fency's (queue name, message id).
@@ -207,6 +226,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Handler == nil {
 		return c, fmt.Errorf("%w: nil Handler", ErrConfig)
+	}
+	if c.Receiver == nil {
+		switch durable := c.Store != nil || c.StoreURL != ""; {
+		case c.Store != nil && nilcheck.IsNil(c.Store):
+			return c, fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?)", ErrConfig, c.Store)
+		case !durable && !c.MemoryOnly:
+			return c, fmt.Errorf("%w: no Store or StoreURL: set one so restarts and other consumers never apply a message twice, or MemoryOnly: true to detect duplicates within this process only", ErrConfig)
+		case durable && c.MemoryOnly:
+			return c, fmt.Errorf("%w: both a store (Store or StoreURL) and MemoryOnly set", ErrConfig)
+		}
 	}
 	if c.Prefetch <= 0 {
 		c.Prefetch = DefaultPrefetch
