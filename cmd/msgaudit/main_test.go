@@ -50,10 +50,10 @@ func TestParseFlags(t *testing.T) {
 		return fs
 	}
 	var out bytes.Buffer
-	plain := flag.NewFlagSet("bench", flag.ContinueOnError) // no Usage of its own
+	plain := flag.NewFlagSet("bench", flag.ContinueOnError) // the flag package's default Usage
 	plain.Bool("quick", false, "fast")
-	if code, stop := parseFlags(plain, []string{"-h"}, &out); code != 0 || !stop || out.String() != "  -quick\n    \tfast\n" {
-		t.Errorf("-h without a Usage: %d, %t, %q", code, stop, out.String())
+	if code, stop := parseFlags(plain, []string{"-h"}, &out); code != 0 || !stop || out.String() != "Usage of bench:\n  -quick\n    \tfast\n" {
+		t.Errorf("-h with the default Usage: %d, %t, %q", code, stop, out.String())
 	}
 	for _, tt := range []struct {
 		args   []string
