@@ -104,7 +104,8 @@ func TestDuplicatePolicies(t *testing.T) {
 
 // TestOversizedFrames: frames over MaxBodyBytes or MaxHeaderBytes are cut
 // by the limiter and returned with NACK, which ActiveMQ turns into a move
-// of the full, persistent message to ActiveMQ.DLQ; the consumer keeps
+// of the full, persistent message to its dead-letter queue (the test
+// broker keeps one per queue: /queue/DLQ.<name>); the consumer keeps
 // going and the other messages are applied.
 func TestOversizedFrames(t *testing.T) {
 	addr := stompAddr(t)
@@ -151,8 +152,10 @@ func TestOversizedFrames(t *testing.T) {
 	if l.count() != 3 {
 		t.Errorf("applied %v", l.applied)
 	}
-	// ActiveMQ moved the full messages to its DLQ (this also removes them).
-	dl := drain(t, addr, "/queue/ActiveMQ.DLQ", testTag+" = '"+tag+"'", time.Second)
+	// ActiveMQ moved the full messages to the queue's DLQ (this also
+	// removes them).
+	brokerDLQ := "/queue/DLQ." + strings.TrimPrefix(q, "/queue/")
+	dl := drain(t, addr, brokerDLQ, testTag+" = '"+tag+"'", 2*time.Second)
 	bodies := map[string]bool{}
 	for _, h := range dl {
 		bodies[h["body"]] = true
@@ -161,7 +164,7 @@ func TestOversizedFrames(t *testing.T) {
 		}
 	}
 	if len(dl) != 2 || !bodies[big] || !bodies["hdr"] {
-		t.Errorf("ActiveMQ.DLQ holds %d of our messages (full big body: %v, fat header: %v)", len(dl), bodies[big], bodies["hdr"])
+		t.Errorf("%s holds %d of our messages (full big body: %v, fat header: %v)", brokerDLQ, len(dl), bodies[big], bodies["hdr"])
 	}
 	if left := drain(t, addr, q, "", 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d", len(left))
