@@ -79,6 +79,7 @@ func newRig(t testing.TB, h receiver.Handler, mod func(*Config)) *rig {
 	if mod != nil {
 		mod(&cfg)
 	}
+	cfg.MemoryOnly = cfg.Store == nil && cfg.StoreURL == "" // memory only unless mod chose a store
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
