@@ -316,8 +316,8 @@ func (c Config) String() string {
 	}
 	fmt.Fprintf(&b, " Prefetch:%d Concurrency:%d MaxAttempts:%d ConnectRetries:%d Heartbeat:%v FrameSize:%d MaxBodyBytes:%d",
 		c.Prefetch, c.Concurrency, c.MaxAttempts, c.ConnectRetries, c.Heartbeat, c.FrameSize, c.MaxBodyBytes)
-	fmt.Fprintf(&b, " Store:%t StoreURL:%s Namespace:%q KeyHeader:%q DeadLetter:{Exchange:%q RoutingKey:%q Queue:%q}}",
-		c.Store != nil, redact.Strict(c.StoreURL), c.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
+	fmt.Fprintf(&b, " Declare:%t Store:%t StoreURL:%s MemoryOnly:%t Namespace:%q KeyHeader:%q DeadLetter:{Exchange:%q RoutingKey:%q Queue:%q}}",
+		c.Declare, c.Store != nil, redact.Strict(c.StoreURL), c.MemoryOnly, c.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
 	return b.String()
 }
 
