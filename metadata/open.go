@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -135,7 +136,13 @@ func openPostgresURL(ctx context.Context, rawURL string) (StoreCloser, error) {
 	s.owned = true
 	if err := s.Migrate(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("metadata: postgres %s: %w", RedactURL(rawURL), err)
+		// Migrate's error already says "metadata: postgres migrate: ";
+		// keep its cause under one prefix.
+		cause := errors.Unwrap(err)
+		if cause == nil {
+			cause = err
+		}
+		return nil, fmt.Errorf("metadata: postgres %s: migrate: %w", RedactURL(rawURL), cause)
 	}
 	return s, nil
 }

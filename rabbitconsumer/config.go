@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/nilcheck"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/tlsconf"
 	"github.com/acemq/msgaudit/receiver"
@@ -43,7 +44,8 @@ const (
 )
 
 // Config configures a Consumer. The zero value of every field means its
-// default; URL, Queue and Handler are required.
+// default; URL, Queue and Handler are required, and so is the choice of
+// durability: Store, StoreURL, MemoryOnly, or a prebuilt Receiver.
 //
 // Config implements fmt.Formatter and String: printing it with any verb
 // redacts the password of URL and StoreURL.
@@ -59,9 +61,18 @@ type Config struct {
 	TLS                                   *tls.Config
 	CAFile, CertFile, KeyFile, ServerName string
 
-	// Queue is consumed with manual acknowledgements. It must exist (the
-	// consumer does not declare it).
+	// Queue is consumed with manual acknowledgements. Unless Declare is
+	// set the consumer does not declare it: it must exist, and a missing
+	// queue makes Run return an error wrapping ErrNoQueue (not retried).
 	Queue string
+
+	// Declare makes the consumer declare Queue on every connection, durable
+	// (not exclusive, not auto-deleted), with QueueArguments (for example
+	// amqp.Table{"x-queue-type": "quorum"}). Declaring an existing queue
+	// with other arguments is refused by the broker: Run returns an error
+	// wrapping ErrDeclare (not retried).
+	Declare        bool
+	QueueArguments amqp.Table
 
 	// Handler processes each message, wrapped in the duplicate pipeline.
 	Handler receiver.Handler
@@ -139,8 +150,9 @@ type Config struct {
 	// surviving restarts). When nil and StoreURL is set, Run opens the
 	// store from StoreURL ("redis://…", "rediss://…" — Fency's default —
 	// or "postgres://…", "sqlite:PATH", "memory") and closes it when it
-	// returns. With neither, only the in-memory tier runs: duplicates after
-	// a restart or on another consumer are not recognised (logged at warn).
+	// returns. One of Store, StoreURL, MemoryOnly or Receiver is required;
+	// a Store holding a nil pointer (as an unchecked idempotency.Open error
+	// leaves it) is an error from New.
 	Store    idempotency.Store
 	StoreURL string
 
@@ -156,6 +168,13 @@ type Config struct {
 	// Concurrency (each running delivery holds one). The inbox scopes its
 	// keys by its own Options.Namespace, not by Namespace.
 	Inbox receiver.Selector
+
+	// MemoryOnly runs the consumer without a durable store, on purpose:
+	// duplicates are absorbed only while this process runs; after a
+	// restart, or on another consumer of the queue, a redelivery of work
+	// already done is applied again. Run logs this guarantee once at
+	// start. Setting it together with Store or StoreURL is an error.
+	MemoryOnly bool
 
 	// Namespace scopes the store's keys; default the queue name, which
 	// makes the key Fency's (queue name, message id).
@@ -221,6 +240,16 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Handler == nil {
 		return c, fmt.Errorf("%w: nil Handler", ErrConfig)
+	}
+	if c.Receiver == nil {
+		switch durable := c.Store != nil || c.StoreURL != "" || c.Inbox != nil; {
+		case c.Store != nil && nilcheck.IsNil(c.Store):
+			return c, fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?)", ErrConfig, c.Store)
+		case !durable && !c.MemoryOnly:
+			return c, fmt.Errorf("%w: no Inbox, Store or StoreURL: set Inbox to a transactional inbox (package inbox) so that a message whose effect is in a database is never applied twice, a store to recognise finished work across restarts and consumers, or MemoryOnly: true to detect duplicates within this process only", ErrConfig)
+		case durable && c.MemoryOnly:
+			return c, fmt.Errorf("%w: MemoryOnly set together with a store or inbox (Store, StoreURL or Inbox)", ErrConfig)
+		}
 	}
 	if c.Prefetch <= 0 {
 		c.Prefetch = DefaultPrefetch
@@ -330,8 +359,8 @@ func (c Config) String() string {
 	}
 	fmt.Fprintf(&b, " Prefetch:%d Concurrency:%d MaxAttempts:%d ConnectRetries:%d Heartbeat:%v FrameSize:%d MaxBodyBytes:%d",
 		c.Prefetch, c.Concurrency, c.MaxAttempts, c.ConnectRetries, c.Heartbeat, c.FrameSize, c.MaxBodyBytes)
-	fmt.Fprintf(&b, " Store:%t StoreURL:%s Namespace:%q KeyHeader:%q DeadLetter:{Exchange:%q RoutingKey:%q Queue:%q}}",
-		c.Store != nil, redact.Strict(c.StoreURL), c.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
+	fmt.Fprintf(&b, " Declare:%t Store:%t StoreURL:%s MemoryOnly:%t Namespace:%q KeyHeader:%q DeadLetter:{Exchange:%q RoutingKey:%q Queue:%q}}",
+		c.Declare, c.Store != nil, redact.Strict(c.StoreURL), c.MemoryOnly, c.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
 	return b.String()
 }
 

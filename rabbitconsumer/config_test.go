@@ -17,7 +17,7 @@ func nopHandler(context.Context, *receiver.Message) error { return nil }
 
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
-	c, err := Config{URL: "amqp://guest:guest@127.0.0.1/", Queue: "orders", Handler: nopHandler}.withDefaults()
+	c, err := Config{MemoryOnly: true, URL: "amqp://guest:guest@127.0.0.1/", Queue: "orders", Handler: nopHandler}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestConfigDefaults(t *testing.T) {
 			t.Errorf("%s = %v; want %v", name, got[0], got[1])
 		}
 	}
-	c, err = Config{URL: "amqp://h/", Queue: "orders", Handler: nopHandler, DeadLetterExchange: "dlx"}.withDefaults()
+	c, err = Config{MemoryOnly: true, URL: "amqp://h/", Queue: "orders", Handler: nopHandler, DeadLetterExchange: "dlx"}.withDefaults()
 	if err != nil || c.DeadLetterRoutingKey != "orders" || c.DeadLetterQueue != "" {
 		t.Errorf("with an exchange: routing key %q queue %q err %v; want orders, none", c.DeadLetterRoutingKey, c.DeadLetterQueue, err)
 	}
@@ -50,7 +50,7 @@ func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	notPEM := filepath.Join(dir, "x.pem")
 	os.WriteFile(notPEM, []byte("not a certificate"), 0o600)
-	base := Config{URL: "amqps://u:pw@h/", Queue: "q", Handler: nopHandler}
+	base := Config{MemoryOnly: true, URL: "amqps://u:pw@h/", Queue: "q", Handler: nopHandler}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)

@@ -32,6 +32,8 @@ type Consumer struct {
 	gen     atomic.Uint64
 	rcv     atomic.Pointer[receiver.Receiver]
 	st      stats
+
+	guaranteeOnce sync.Once
 }
 
 type stats struct {
@@ -132,7 +134,9 @@ func (c *Consumer) Stats() Stats {
 // closes the connection, then returns nil. It returns early with
 // ErrConnect (no connection at start within Config.ConnectRetries
 // attempts), ErrRejected (login or vhost refused), ErrTLS (certificate
-// verification failed) or an error opening the store.
+// verification failed), ErrNoQueue (the queue does not exist, at start or
+// at a reconnect), ErrDeclare (Config.Declare refused) or an error opening
+// the store.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -167,7 +171,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			if errors.Is(err, ErrRejected) || errors.Is(err, ErrTLS) {
+			if errors.Is(err, ErrRejected) || errors.Is(err, ErrTLS) || errors.Is(err, ErrNoQueue) || errors.Is(err, ErrDeclare) {
 				return err
 			}
 			c.st.connectErrors.Add(1)
@@ -216,9 +220,19 @@ func (c *Consumer) buildReceiver(ctx context.Context) (*receiver.Receiver, func(
 	var selectors []receiver.Selector
 	if c.cfg.Inbox != nil {
 		selectors = []receiver.Selector{c.cfg.Inbox}
-	} else if store == nil {
-		c.log.Warn("rabbitconsumer: no idempotency store; duplicates after a restart or on another consumer are not recognised")
 	}
+	c.guaranteeOnce.Do(func() {
+		switch {
+		case c.cfg.Inbox != nil:
+			c.log.Info("rabbitconsumer: transactional inbox: each delivery's key commits in the handler's own transaction, so a crash between effect and acknowledgement never applies a message twice",
+				"inbox", fmt.Sprintf("%T", c.cfg.Inbox))
+		case store == nil:
+			c.log.Warn("rabbitconsumer: memory-only duplicate detection (Config.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again")
+		default:
+			c.log.Info("rabbitconsumer: durable duplicate detection: finished work is recognised across restarts and by every consumer sharing the store; a crash between the handler's effect and the store's confirm can apply a message again once its claim lapses",
+				"store", fmt.Sprintf("%T", store))
+		}
+	})
 	r, err := receiver.New(receiver.Config{
 		Audit: c.cfg.Audit, Store: store, Namespace: c.cfg.Namespace, Selectors: selectors,
 		MaxAttempts: c.cfg.MaxAttempts, Backoff: c.cfg.Backoff,
@@ -332,6 +346,15 @@ func (c *Consumer) connect(ctx context.Context) (g *generation, err error) {
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return nil, c.classify(err)
 	}
+	if c.cfg.Declare {
+		if _, err := ch.QueueDeclare(c.cfg.Queue, true, false, false, false, c.cfg.QueueArguments); err != nil {
+			return nil, c.queueErr(err, ErrDeclare)
+		}
+	} else if _, err := ch.QueueDeclarePassive(c.cfg.Queue, true, false, false, false, nil); err != nil {
+		// Checked before the dead-letter queue is declared, so that a
+		// mistyped name leaves nothing behind.
+		return nil, c.queueErr(err, nil)
+	}
 	if c.cfg.DeadLetterExchange == "" {
 		if _, err := ch.QueueDeclare(c.cfg.DeadLetterQueue, true, false, false, false, nil); err != nil {
 			return nil, fmt.Errorf("declare dead-letter queue %q: %w", c.cfg.DeadLetterQueue, c.classify(err))
@@ -349,10 +372,37 @@ func (c *Consumer) connect(ctx context.Context) (g *generation, err error) {
 		tag: c.cfg.ConsumerTag + "-" + strconv.FormatUint(n, 10), stop: make(chan struct{})}
 	g.deliveries, err = ch.Consume(c.cfg.Queue, g.tag, false, false, false, false, nil)
 	if err != nil {
-		return nil, fmt.Errorf("consume %q: %w", c.cfg.Queue, c.classify(err))
+		return nil, c.queueErr(err, nil)
 	}
 	return g, nil
 }
+
+// queueErr describes a failure to declare (declare = ErrDeclare) or
+// consume Config.Queue: a missing queue wraps ErrNoQueue, a refused
+// declaration ErrDeclare, anything else is classified as a connection
+// problem.
+func (c *Consumer) queueErr(err error, declare error) error {
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		switch {
+		case ae.Code == amqp.NotFound:
+			return c.red.Error(&noQueueError{fmt.Sprintf("rabbitconsumer: queue %q does not exist on %s; declare it, or set Config.Declare to have the consumer declare it (broker: %s)",
+				c.cfg.Queue, redact.Strict(c.cfg.URL), ae.Reason)})
+		case declare != nil && (ae.Code == amqp.PreconditionFailed || ae.Code == amqp.AccessRefused):
+			return c.red.Error(fmt.Errorf("%w %q (broker: %s)", declare, c.cfg.Queue, ae.Reason))
+		}
+	}
+	if declare != nil {
+		return fmt.Errorf("declare queue %q: %w", c.cfg.Queue, c.classify(err))
+	}
+	return fmt.Errorf("consume %q: %w", c.cfg.Queue, c.classify(err))
+}
+
+// noQueueError is ErrNoQueue with the queue named in one sentence.
+type noQueueError struct{ msg string }
+
+func (e *noQueueError) Error() string        { return e.msg }
+func (e *noQueueError) Is(target error) bool { return target == ErrNoQueue }
 
 // classify maps an amqp091 error to ErrRejected / ErrTLS where retrying
 // cannot help, and redacts it.

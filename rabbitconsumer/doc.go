@@ -77,6 +77,19 @@
 // running handlers finish (their context is cancelled after
 // Config.ShutdownTimeout) and settles them, then closes the connection.
 //
+// # The queue and the store
+//
+// The consumer does not declare Config.Queue unless Config.Declare is set
+// (then durable, with Config.QueueArguments). Without it a missing queue
+// makes Run return an error wrapping ErrNoQueue at once, naming the queue;
+// it is not retried as a connection failure. The dead-letter queue
+// "<queue>.dlq" is declared on every connection unless a dead-letter
+// exchange is configured.
+//
+// Durability is an explicit choice: Config.Store or Config.StoreURL for a
+// store shared by consumers and restarts, or Config.MemoryOnly to detect
+// duplicates within the process only (Run logs what that does not cover).
+//
 // # Concurrency
 //
 // A Consumer is safe for concurrent use; Run may be called once at a time.

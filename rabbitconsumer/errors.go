@@ -23,6 +23,16 @@ var (
 	// configured CA does not sign. It is not retried.
 	ErrTLS = errors.New("rabbitconsumer: TLS handshake failed")
 
+	// ErrNoQueue is wrapped by Run's error when Config.Queue does not exist
+	// (and Config.Declare is not set). It is not retried and is not a
+	// connection failure.
+	ErrNoQueue = errors.New("rabbitconsumer: queue does not exist")
+
+	// ErrDeclare is wrapped by Run's error when the broker refuses to
+	// declare Config.Queue (Config.Declare), typically because the queue
+	// exists with other arguments. It is not retried.
+	ErrDeclare = errors.New("rabbitconsumer: cannot declare queue")
+
 	// ErrRunning is returned by Run when the consumer is already running.
 	ErrRunning = errors.New("rabbitconsumer: already running")
 

@@ -73,12 +73,13 @@ type rig struct {
 func newRig(t testing.TB, h receiver.Handler, mod func(*Config)) *rig {
 	t.Helper()
 	var logs bytes.Buffer
-	cfg := Config{URL: "amqp://guest:Gu3st-pw@127.0.0.1:1/", Queue: "orders", Handler: h, MaxAttempts: 2,
+	cfg := Config{MemoryOnly: true, URL: "amqp://guest:Gu3st-pw@127.0.0.1:1/", Queue: "orders", Handler: h, MaxAttempts: 2,
 		MaxBodyBytes: 64, Backoff: func(int) time.Duration { return time.Millisecond },
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	if mod != nil {
 		mod(&cfg)
 	}
+	cfg.MemoryOnly = cfg.Store == nil && cfg.StoreURL == "" // memory only unless mod chose a store
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

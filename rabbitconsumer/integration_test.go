@@ -170,7 +170,7 @@ func TestDeadLetterPaths(t *testing.T) {
 	b := newBroker(t)
 	q := b.queue("msgaudit-dl-")
 	h := newCounting("fail")
-	c, err := New(Config{URL: b.url, Queue: q, Handler: h.handle, MaxAttempts: 2, MaxBodyBytes: 1024,
+	c, err := New(Config{MemoryOnly: true, URL: b.url, Queue: q, Handler: h.handle, MaxAttempts: 2, MaxBodyBytes: 1024,
 		Backoff: func(int) time.Duration { return time.Millisecond }})
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func TestKeyHeader(t *testing.T) {
 	q := b.queue("msgaudit-kh-")
 	h := newCounting()
 	var dups sync.Map
-	c, err := New(Config{URL: b.url, Queue: q, Handler: h.handle, KeyHeader: "x-idempotency-key",
+	c, err := New(Config{MemoryOnly: true, URL: b.url, Queue: q, Handler: h.handle, KeyHeader: "x-idempotency-key",
 		DuplicatePolicy: receiver.DuplicateHook,
 		OnDuplicate: func(_ context.Context, m *receiver.Message, reason string) {
 			dups.Store(m.Key, reason)
@@ -274,7 +274,7 @@ func TestRejectedLogin(t *testing.T) {
 	pu.User = url.UserPassword("guest", secret) // right user, wrong password
 	u := pu.String()
 	var logs bytes.Buffer
-	c, err := New(Config{URL: u, Queue: "unused", Handler: newCounting().handle, ConnectRetries: 5,
+	c, err := New(Config{MemoryOnly: true, URL: u, Queue: "unused", Handler: newCounting().handle, ConnectRetries: 5,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func TestConnectRetries(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c, err := New(Config{URL: "amqp://u:p4ss-word@" + addr + "/", Queue: "q", Handler: newCounting().handle,
+	c, err := New(Config{MemoryOnly: true, URL: "amqp://u:p4ss-word@" + addr + "/", Queue: "q", Handler: newCounting().handle,
 		ConnectRetries: 3, ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +337,7 @@ func TestGracefulStop(t *testing.T) {
 	for i := range 5 {
 		b.publish(q, amqp.Publishing{MessageId: fmt.Sprint("m", i)})
 	}
-	c, err := New(Config{URL: b.url, Queue: q, Handler: h, Prefetch: 5})
+	c, err := New(Config{MemoryOnly: true, URL: b.url, Queue: q, Handler: h, Prefetch: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +406,7 @@ func TestTLS(t *testing.T) {
 
 	q := b.queue("msgaudit-tls-")
 	h := newCounting()
-	c, err := New(Config{URL: amqps, CAFile: caFile, Queue: q, Handler: h.handle})
+	c, err := New(Config{MemoryOnly: true, URL: amqps, CAFile: caFile, Queue: q, Handler: h.handle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +424,7 @@ func TestTLS(t *testing.T) {
 		"system-roots":      {},
 		"wrong-server-name": {CAFile: caFile, ServerName: "broker.example"},
 	} {
-		cfg.URL, cfg.Queue, cfg.Handler = amqps, q, h.handle
+		cfg.URL, cfg.Queue, cfg.Handler, cfg.MemoryOnly = amqps, q, h.handle, true
 		c, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/nilcheck"
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
@@ -56,12 +57,16 @@ type Config struct {
 	// is owned by the Receiver, not by a connection, so it survives
 	// reconnects. nil: the memory tier tracks keys in its table only.
 	Audit Auditor
-	// Store is the optional durable tier.
+	// Store is the optional durable tier. nil means none (the memory tier
+	// alone: nothing survives a restart); a non-nil interface holding a nil
+	// pointer (a store whose Open error went unchecked) is an error from
+	// New.
 	Store idempotency.Store
 	// Namespace is the store namespace (see StoreOptions.Namespace).
 	Namespace string
 	// Selectors are extra selectors run after the store (for example a
-	// metadata-store selector); they count as durable tiers.
+	// metadata-store selector); they count as durable tiers. A nil entry,
+	// or one holding a nil pointer, is an error from New.
 	Selectors []Selector
 	// KeyFunc derives the key; nil means m.Key.
 	KeyFunc KeyFunc
@@ -135,14 +140,23 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = new(Metrics)
 	}
+	if cfg.Audit != nil && nilcheck.IsNil(cfg.Audit) {
+		return nil, fmt.Errorf("%w: Audit is a nil %T", ErrConfig, cfg.Audit)
+	}
+	if c, ok := cfg.Audit.(*connAuditor); ok && c.a == nil {
+		return nil, fmt.Errorf("%w: Audit is ConnAudit of a nil *connaudit.Audit", ErrConfig)
+	}
+	if cfg.Store != nil && nilcheck.IsNil(cfg.Store) {
+		return nil, fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?); leave Store unset for no durable store", ErrConfig, cfg.Store)
+	}
+	for i, s := range cfg.Selectors {
+		if nilcheck.IsNil(s) {
+			return nil, fmt.Errorf("%w: selector %d is nil (%T; was an error from building it ignored?)", ErrConfig, i, s)
+		}
+	}
 	// The audit reports churn through the receiver's logger and its
 	// counters through the receiver's Metrics.
 	bindAuditor(cfg.Audit, cfg.Logger, cfg.Metrics)
-	for i, s := range cfg.Selectors {
-		if s == nil {
-			return nil, fmt.Errorf("%w: nil selector %d", ErrConfig, i)
-		}
-	}
 	r := &Receiver{cfg: cfg, metrics: cfg.Metrics, log: orDiscard(cfg.Logger),
 		jitter: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15))}
 	mem, err := NewMemorySelector(MemoryOptions{Audit: cfg.Audit, Durable: cfg.Store != nil || len(cfg.Selectors) > 0,

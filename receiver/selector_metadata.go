@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/acemq/msgaudit/internal/nilcheck"
 	"github.com/acemq/msgaudit/metadata"
 )
 
@@ -163,10 +164,12 @@ type MetadataStats struct {
 	Errors uint64
 }
 
-// NewMetadataSelector returns a selector over store.
+// NewMetadataSelector returns a selector over store. A nil store
+// (including a nil pointer in the interface, as an unchecked metadata.Open
+// error leaves it) is an error wrapping ErrConfig.
 func NewMetadataSelector(store metadata.Store, o MetadataOptions) (*MetadataSelector, error) {
-	if store == nil {
-		return nil, fmt.Errorf("%w: nil metadata store", ErrConfig)
+	if nilcheck.IsNil(store) {
+		return nil, fmt.Errorf("%w: nil metadata store (was an error from opening it ignored?)", ErrConfig)
 	}
 	s := &MetadataSelector{store: store, key: o.Key, value: o.Value, compare: o.Compare,
 		log: orDiscard(o.Logger), pending: make(map[pendingValue]int)}
@@ -218,9 +221,9 @@ func (s *MetadataSelector) pendingElsewhere(key, stored, own string) bool {
 func (s *MetadataSelector) storeErr(op string, err error) error {
 	s.stats.errors.Add(1)
 	if errors.Is(err, metadata.ErrInvalidKey) || errors.Is(err, metadata.ErrInvalidValue) {
-		return fmt.Errorf("%w: metadata %s: %w", ErrBadKey, op, err)
+		return fmt.Errorf("%w: metadata selector %s: %w", ErrBadKey, op, err)
 	}
-	return fmt.Errorf("receiver: metadata %s: %w", op, err)
+	return fmt.Errorf("metadata selector %s: %w", op, err) // err names its package
 }
 
 // Select decides about m (see MetadataSelector).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/nilcheck"
 )
 
 // StoreSelector is the durable tier: an idempotency.Store that remembers
@@ -47,9 +48,10 @@ type StoreOptions struct {
 	Metrics *Metrics
 }
 
-// NewStoreSelector returns a StoreSelector over s.
+// NewStoreSelector returns a StoreSelector over s. A nil s (including a
+// nil pointer in the interface) is an error wrapping ErrConfig.
 func NewStoreSelector(s idempotency.Store, o StoreOptions) (*StoreSelector, error) {
-	if s == nil {
+	if nilcheck.IsNil(s) {
 		return nil, fmt.Errorf("%w: nil store", ErrConfig)
 	}
 	ns := o.Namespace
@@ -113,7 +115,7 @@ func (s *StoreSelector) Select(ctx context.Context, m *Message) (Decision, error
 		s.metrics.observeStore(time.Since(t0))
 		if err != nil {
 			s.metrics.inc(&s.metrics.StoreErrors)
-			return fmt.Errorf("receiver: store %s: %w", st, err)
+			return fmt.Errorf("store %s: %w", st, err) // err names its package
 		}
 		return nil
 	}}

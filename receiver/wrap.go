@@ -3,9 +3,11 @@ package receiver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/nilcheck"
 )
 
 // AsError converts the result into the error a Wrap'd handler returns:
@@ -85,69 +87,127 @@ func (r *Receiver) Wrap(h Handler) Handler {
 	}
 }
 
-// Option configures Wrap.
+// Option configures Wrap and NewWrap. An option given an invalid value
+// (a nil store or selector) makes NewWrap return an error wrapping
+// ErrConfig, and Wrap panic.
 type Option interface {
-	apply(*Config)
+	apply(*wrapConfig)
 }
 
-type optionFunc func(*Config)
+// wrapConfig is the Config the options build, with the first invalid
+// option's error.
+type wrapConfig struct {
+	Config
+	err error
+}
 
-func (f optionFunc) apply(c *Config) { f(c) }
+func (w *wrapConfig) fail(err error) {
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+type optionFunc func(*wrapConfig)
+
+func (f optionFunc) apply(c *wrapConfig) { f(c) }
 
 // WithConfig starts from a whole Config (later options override it).
-func WithConfig(cfg Config) Option { return optionFunc(func(c *Config) { *c = cfg }) }
+func WithConfig(cfg Config) Option { return optionFunc(func(c *wrapConfig) { c.Config = cfg }) }
 
-// WithAudit sets the connection audit tier.
-func WithAudit(a Auditor) Option { return optionFunc(func(c *Config) { c.Audit = a }) }
-
-// WithStore sets the durable idempotency store and its namespace ("" =
-// the destination).
-func WithStore(s idempotency.Store, namespace string) Option {
-	return optionFunc(func(c *Config) { c.Store, c.Namespace = s, namespace })
+// WithAudit sets the connection audit tier; a nil a is an error (leave the
+// option out for no audit).
+func WithAudit(a Auditor) Option {
+	return optionFunc(func(c *wrapConfig) {
+		if nilcheck.IsNil(a) {
+			c.fail(fmt.Errorf("%w: WithAudit: nil auditor (leave WithAudit out for no audit)", ErrConfig))
+		}
+		c.Audit = a
+	})
 }
 
-// WithSelectors appends selectors after the store.
+// WithStore sets the durable idempotency store and its namespace ("" =
+// the destination). A nil s is an error — typically a store whose Open
+// error was ignored; leave WithStore out to run without a durable store.
+func WithStore(s idempotency.Store, namespace string) Option {
+	return optionFunc(func(c *wrapConfig) {
+		if nilcheck.IsNil(s) {
+			c.fail(fmt.Errorf("%w: WithStore: nil store (was an error from opening it ignored? leave WithStore out for no durable store)", ErrConfig))
+		}
+		c.Store, c.Namespace = s, namespace
+	})
+}
+
+// WithSelectors appends selectors after the store. A nil selector is an
+// error — typically one whose constructor's error was ignored.
 func WithSelectors(s ...Selector) Option {
-	return optionFunc(func(c *Config) { c.Selectors = append(c.Selectors, s...) })
+	return optionFunc(func(c *wrapConfig) {
+		for i, sel := range s {
+			if nilcheck.IsNil(sel) {
+				c.fail(fmt.Errorf("%w: WithSelectors: selector %d is nil (%T; was an error from building it ignored?)", ErrConfig, i, sel))
+			}
+		}
+		c.Selectors = append(c.Selectors, s...)
+	})
 }
 
 // WithKeyFunc sets the key function.
-func WithKeyFunc(f KeyFunc) Option { return optionFunc(func(c *Config) { c.KeyFunc = f }) }
+func WithKeyFunc(f KeyFunc) Option { return optionFunc(func(c *wrapConfig) { c.KeyFunc = f }) }
 
 // WithDuplicates sets the duplicate policy.
 func WithDuplicates(p DuplicatePolicy) Option {
-	return optionFunc(func(c *Config) { c.Duplicates = p })
+	return optionFunc(func(c *wrapConfig) { c.Duplicates = p })
 }
 
 // WithOnDuplicate sets the duplicate hook and the DuplicateHook policy.
 func WithOnDuplicate(f func(ctx context.Context, m *Message, reason string)) Option {
-	return optionFunc(func(c *Config) { c.OnDuplicate, c.Duplicates = f, DuplicateHook })
+	return optionFunc(func(c *wrapConfig) { c.OnDuplicate, c.Duplicates = f, DuplicateHook })
 }
 
 // WithMaxAttempts sets the attempt bound.
-func WithMaxAttempts(n int) Option { return optionFunc(func(c *Config) { c.MaxAttempts = n }) }
+func WithMaxAttempts(n int) Option { return optionFunc(func(c *wrapConfig) { c.MaxAttempts = n }) }
 
 // WithMetrics sets the metrics.
-func WithMetrics(m *Metrics) Option { return optionFunc(func(c *Config) { c.Metrics = m }) }
+func WithMetrics(m *Metrics) Option { return optionFunc(func(c *wrapConfig) { c.Metrics = m }) }
 
 // WithLogger sets the logger.
-func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *Config) { c.Logger = l }) }
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *wrapConfig) { c.Logger = l }) }
 
-// Wrap is the three-line wrap for any consumer: it builds a Receiver from
-// opts and returns h wrapped in it. The returned handler returns nil
+// NewWrap is the three-line wrap for any consumer: it builds a Receiver
+// from opts and returns h wrapped in it. The returned handler returns nil
 // (acknowledge), ErrDuplicate (acknowledge, don't process) or an error
 // matching ErrRequeue / ErrDeadLetter; ActionOf maps any of them to the
-// transport's action. It panics on an invalid configuration (a programming
-// error, like regexp.MustCompile); build the Receiver with New to get the
-// error instead.
-func Wrap(h Handler, opts ...Option) Handler {
-	var cfg Config
+// transport's action. An invalid configuration — a nil h, an option given
+// a nil store or selector, a Config New rejects — is an error wrapping
+// ErrConfig, returned here and never at the first message.
+func NewWrap(h Handler, opts ...Option) (Handler, error) {
+	var cfg wrapConfig
 	for _, o := range opts {
+		if o == nil {
+			cfg.fail(fmt.Errorf("%w: nil Option", ErrConfig))
+			continue
+		}
 		o.apply(&cfg)
 	}
-	r, err := New(cfg)
+	if h == nil {
+		cfg.fail(fmt.Errorf("%w: nil Handler", ErrConfig))
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	r, err := New(cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	return r.Wrap(h), nil
+}
+
+// Wrap is NewWrap for a configuration known to be valid: it panics where
+// NewWrap returns an error (a programming error, like regexp.MustCompile).
+// Use NewWrap when a store or selector comes from a call that can fail.
+func Wrap(h Handler, opts ...Option) Handler {
+	w, err := NewWrap(h, opts...)
 	if err != nil {
 		panic("receiver: Wrap: " + err.Error())
 	}
-	return r.Wrap(h)
+	return w
 }

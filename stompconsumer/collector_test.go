@@ -8,7 +8,7 @@ import (
 
 func TestCollector(t *testing.T) {
 	t.Parallel()
-	c, err := New(Config{Addresses: []string{"h"}, Subscriptions: []Subscription{{Destination: "/queue/a", Handler: nopHandler}}})
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{"h"}, Subscriptions: []Subscription{{Destination: "/queue/a", Handler: nopHandler}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,8 +86,8 @@ func (c Config) String() string {
 		dests[i] = s.Destination
 	}
 	fmt.Fprintf(&b, " Subscriptions:%v Prefetch:%d Concurrency:%d MaxAttempts:%d", dests, c.Prefetch, c.Concurrency, c.MaxAttempts)
-	fmt.Fprintf(&b, " ConnectRetries:%d HeartBeat:%v DeadLetterDestination:%q KeyHeader:%q Store:%t}",
-		c.ConnectRetries, c.HeartBeat, c.DeadLetterDestination, c.KeyHeader, c.Store != nil)
+	fmt.Fprintf(&b, " ConnectRetries:%d HeartBeat:%v DeadLetterDestination:%q KeyHeader:%q Store:%t MemoryOnly:%t}",
+		c.ConnectRetries, c.HeartBeat, c.DeadLetterDestination, c.KeyHeader, c.Store != nil, c.MemoryOnly)
 	return b.String()
 }
 

@@ -11,7 +11,8 @@ import (
 )
 
 // Config configures a Consumer. The zero value of every field means its
-// default; only Addresses and Subscriptions are required.
+// default; Addresses and Subscriptions are required, and so is the choice
+// of durability: a Store, MemoryOnly, or a prebuilt Receiver.
 //
 // Config implements fmt.Formatter and String: printing it with any verb
 // redacts Passcode and passwords embedded in Addresses.
@@ -104,8 +105,11 @@ type Config struct {
 	// survives reconnects.
 	Audit receiver.Auditor
 
-	// Store is the optional idempotency store shared by consumers (and
-	// surviving restarts); nil means the in-memory tier alone.
+	// Store is the idempotency store shared by consumers and surviving
+	// restarts: with it, work finished before a restart or on another
+	// consumer is never applied again. It is required unless MemoryOnly (or
+	// Receiver) is set; a nil Store, or one holding a nil pointer (as an
+	// unchecked idempotency.Open error leaves it), is an error from New.
 	Store idempotency.Store
 
 	// Inbox is the transactional inbox (an *inbox.Inbox or a
@@ -121,6 +125,14 @@ type Config struct {
 	// The inbox scopes its keys by its own Options.Namespace, not by
 	// Namespace.
 	Inbox receiver.Selector
+
+	// MemoryOnly runs the consumer without a durable store, on purpose.
+	// Duplicates are then absorbed only while this process runs (the
+	// connection audit and the in-flight table survive reconnects); after
+	// a restart, or on another consumer of the same queue, a redelivery of
+	// work already done is applied again. Run logs this guarantee once at
+	// start. Setting both Store and MemoryOnly is an error.
+	MemoryOnly bool
 
 	// Namespace scopes the store's keys; "" means the destination (so
 	// consumers of one queue share their keys).

@@ -157,16 +157,16 @@ func TestNewConfigErrors(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"no addresses", Config{Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
-		{"no subscriptions", Config{Addresses: []string{"h:1"}}},
-		{"bad address", Config{Addresses: []string{"http://h"}, Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
-		{"bare destination", Config{Addresses: []string{"h:1"}, Subscriptions: []Subscription{{Destination: "a", Handler: h}}}},
-		{"nil handler", Config{Addresses: []string{"h:1"}, Subscriptions: []Subscription{{Destination: "/queue/a"}}}},
-		{"same name twice", Config{Addresses: []string{"h:1"}, Subscriptions: []Subscription{
+		{"no addresses", Config{MemoryOnly: true, Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
+		{"no subscriptions", Config{MemoryOnly: true, Addresses: []string{"h:1"}}},
+		{"bad address", Config{MemoryOnly: true, Addresses: []string{"http://h"}, Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
+		{"bare destination", Config{MemoryOnly: true, Addresses: []string{"h:1"}, Subscriptions: []Subscription{{Destination: "a", Handler: h}}}},
+		{"nil handler", Config{MemoryOnly: true, Addresses: []string{"h:1"}, Subscriptions: []Subscription{{Destination: "/queue/a"}}}},
+		{"same name twice", Config{MemoryOnly: true, Addresses: []string{"h:1"}, Subscriptions: []Subscription{
 			{Destination: "/topic/a", Handler: h}, {Destination: "/topic/a", Handler: h}}}},
-		{"missing CA file", Config{Addresses: []string{"h:1"}, CAFile: "/nonexistent/ca.pem",
+		{"missing CA file", Config{MemoryOnly: true, Addresses: []string{"h:1"}, CAFile: "/nonexistent/ca.pem",
 			Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
-		{"cert without key", Config{Addresses: []string{"h:1"}, CertFile: "/c.pem",
+		{"cert without key", Config{MemoryOnly: true, Addresses: []string{"h:1"}, CertFile: "/c.pem",
 			Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
 	}
 	for _, tt := range tests {
@@ -180,7 +180,7 @@ func TestNewConfigErrors(t *testing.T) {
 
 func TestNewDefaults(t *testing.T) {
 	t.Parallel()
-	c, err := New(Config{Addresses: []string{"h"}, Subscriptions: []Subscription{{Destination: "/queue/a",
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{"h"}, Subscriptions: []Subscription{{Destination: "/queue/a",
 		Handler: func(context.Context, *receiver.Message) error { return nil }}}})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/nilcheck"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-stomp/stomp/v3"
@@ -30,6 +32,8 @@ type Consumer struct {
 	running atomic.Bool
 	gen     atomic.Uint64
 	st      stats
+
+	guaranteeOnce sync.Once
 }
 
 // stats are the transport's own counters (the receiver counts the rest).
@@ -176,6 +180,9 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Receiver != nil {
 		c.rcv = cfg.Receiver
 	} else {
+		if err := checkStore(cfg.Store, cfg.Inbox != nil, cfg.MemoryOnly); err != nil {
+			return nil, err
+		}
 		audit := cfg.Audit
 		if audit == nil {
 			if audit, err = defaultAudit(); err != nil {
@@ -210,6 +217,42 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	c.metrics = c.rcv.Metrics()
 	return c, nil
+}
+
+// checkStore makes durability an explicit choice: a usable store, or
+// MemoryOnly.
+func checkStore(store idempotency.Store, inbox, memoryOnly bool) error {
+	switch {
+	case inbox && memoryOnly:
+		return fmt.Errorf("%w: both Inbox and MemoryOnly set", ErrConfig)
+	case inbox:
+		return nil // checkInbox has checked it, and that Store is not set too
+	case store == nil && !memoryOnly:
+		return fmt.Errorf("%w: no Store or Inbox: set Inbox to a transactional inbox (package inbox) so that a message whose effect is in a database is never applied twice, Store to an idempotency store (idempotency.Open) to recognise finished work across restarts and consumers, or MemoryOnly: true to detect duplicates within this process only", ErrConfig)
+	case store != nil && nilcheck.IsNil(store):
+		return fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?)", ErrConfig, store)
+	case store != nil && memoryOnly:
+		return fmt.Errorf("%w: both Store and MemoryOnly set", ErrConfig)
+	}
+	return nil
+}
+
+// logGuarantee says once, at the first Run, what the duplicate detection
+// survives.
+func (c *Consumer) logGuarantee() {
+	c.guaranteeOnce.Do(func() {
+		switch {
+		case c.cfg.Receiver != nil:
+		case c.cfg.Inbox != nil:
+			c.log.Info("stompconsumer: transactional inbox: each delivery's key commits in the handler's own transaction, so a crash between effect and acknowledgement never applies a message twice",
+				"inbox", fmt.Sprintf("%T", c.cfg.Inbox))
+		case c.cfg.MemoryOnly:
+			c.log.Warn("stompconsumer: memory-only duplicate detection (Config.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again")
+		default:
+			c.log.Info("stompconsumer: durable duplicate detection: finished work is recognised across restarts and by every consumer sharing the store; a crash between the handler's effect and the store's confirm can apply a message again once its claim lapses",
+				"store", fmt.Sprintf("%T", c.cfg.Store))
+		}
+	})
 }
 
 // CarriedKey wraps a key function so that a copy this package resent (a
@@ -260,6 +303,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
+	c.logGuarantee()
 
 	// Handlers outlive ctx by up to ShutdownTimeout.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -38,7 +38,7 @@ func TestConsumeQueue(t *testing.T) {
 	const n = 200
 	produce(t, addr, q, tag, n, nil)
 	l := newLedger()
-	c, err := New(Config{Addresses: []string{addr}, Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}},
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}},
 		DeadLetterDestination: noDeadLetters(t, addr)})
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ func TestCutWhileHandlerRuns(t *testing.T) {
 			h := l.handler(0, 0)
 			// Two workers: one holds the redelivery of "0" while it waits
 			// for the original, the other handles the rest.
-			c, err := New(Config{Addresses: []string{px.Addr()}, Prefetch: n, Concurrency: 2, DeadLetterDestination: noDeadLetters(t, addr),
+			c, err := New(Config{MemoryOnly: true, Addresses: []string{px.Addr()}, Prefetch: n, Concurrency: 2, DeadLetterDestination: noDeadLetters(t, addr),
 				ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
 				RetryBackoff:     Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 				Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {

@@ -130,7 +130,7 @@ func TestRejectedFailsFast(t *testing.T) {
 	const pass = "Very-Secret-Pass-42"
 	srv := newRejectingServer(t, pass)
 	var logs syncBuffer
-	c, err := New(Config{
+	c, err := New(Config{MemoryOnly: true,
 		Addresses: []string{srv.ln.Addr().String(), srv.ln.Addr().String()}, Login: "admin", Passcode: pass,
 		ConnectRetries: 10, Logger: debugLogger(&logs),
 		Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}},
@@ -171,7 +171,7 @@ func TestBrokerDownAtStart(t *testing.T) {
 	ln.Close()
 	const pass = "another-Secret-99"
 	var logs syncBuffer
-	c, err := New(Config{
+	c, err := New(Config{MemoryOnly: true,
 		Addresses: []string{"tcp://u:" + pass + "@" + addr}, ConnectRetries: 2,
 		ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}, Logger: debugLogger(&logs),
 		Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}},
@@ -206,7 +206,7 @@ func TestStopWhileConnecting(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c, err := New(Config{Addresses: []string{addr}, ConnectRetries: -1,
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, ConnectRetries: -1,
 		ReconnectBackoff: Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond},
 		Subscriptions:    []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
 	if err != nil {
@@ -263,14 +263,15 @@ func TestTLSConsume(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"ssl-url", Config{Addresses: []string{"ssl://" + tlsAddr}, CAFile: ca}},
-		{"stomp+ssl-url", Config{Addresses: []string{"stomp+ssl://" + tlsAddr}, CAFile: ca}},
-		{"bare-with-ca", Config{Addresses: []string{tlsAddr}, CAFile: ca, ServerName: "localhost"}},
+		{"ssl-url", Config{MemoryOnly: true, Addresses: []string{"ssl://" + tlsAddr}, CAFile: ca}},
+		{"stomp+ssl-url", Config{MemoryOnly: true, Addresses: []string{"stomp+ssl://" + tlsAddr}, CAFile: ca}},
+		{"bare-with-ca", Config{MemoryOnly: true, Addresses: []string{tlsAddr}, CAFile: ca, ServerName: "localhost"}},
 	} {
 		t.Run(variant.name, func(t *testing.T) {
 			cfg := variant.cfg
 			cfg.DeadLetterDestination = noDeadLetters(t, addr)
 			cfg.Subscriptions = []Subscription{{Destination: q, Handler: l.handler(0, 0)}}
+			cfg.MemoryOnly = true
 			c, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -287,7 +288,7 @@ func TestTLSConsume(t *testing.T) {
 		})
 	}
 	// Whatever the variants left is consumed by a last one.
-	c, err := New(Config{Addresses: []string{"ssl://" + tlsAddr}, CAFile: ca, DeadLetterDestination: noDeadLetters(t, addr),
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{"ssl://" + tlsAddr}, CAFile: ca, DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +306,7 @@ func TestTLSConsume(t *testing.T) {
 // once with a clear x509 error, not retried.
 func TestTLSWrongCA(t *testing.T) {
 	tlsAddr, _ := tlsEnv(t)
-	c, err := New(Config{Addresses: []string{"ssl://" + tlsAddr}, CAFile: writeOtherCA(t), ConnectRetries: 5,
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{"ssl://" + tlsAddr}, CAFile: writeOtherCA(t), ConnectRetries: 5,
 		Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +328,7 @@ func TestTLSWrongCA(t *testing.T) {
 // roots, which do not trust the test broker's self-signed certificate.
 func TestTLSSystemRootsRejectSelfSigned(t *testing.T) {
 	tlsAddr, _ := tlsEnv(t)
-	c, err := New(Config{Addresses: []string{"ssl://" + tlsAddr},
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{"ssl://" + tlsAddr},
 		Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +351,7 @@ func TestLogin(t *testing.T) {
 	t.Run("wrong", func(t *testing.T) {
 		var logs syncBuffer
 		wrong := pass + "-wrong"
-		c, err := New(Config{Addresses: []string{addr}, Login: user, Passcode: wrong, ConnectRetries: 10,
+		c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, Login: user, Passcode: wrong, ConnectRetries: 10,
 			Logger: debugLogger(&logs), Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
 		if err != nil {
 			t.Fatal(err)
@@ -376,7 +377,7 @@ func TestLogin(t *testing.T) {
 			{Addresses: []string{addr}, Login: user, Passcode: pass},
 			{Addresses: []string{"tcp://" + user + ":" + pass + "@" + addr}},
 		} {
-			cfg.Subscriptions = []Subscription{{Destination: q, Handler: l.handler(0, 0)}}
+			cfg.Subscriptions, cfg.MemoryOnly = []Subscription{{Destination: q, Handler: l.handler(0, 0)}}, true
 			c, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -387,7 +388,7 @@ func TestLogin(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		c, err := New(Config{Addresses: []string{addr}, Login: user, Passcode: pass,
+		c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, Login: user, Passcode: pass,
 			Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
 		if err != nil {
 			t.Fatal(err)
@@ -435,7 +436,7 @@ func TestRefusedSubscribeBacksOff(t *testing.T) {
 		}
 	}()
 	var logs syncBuffer
-	c, err := New(Config{Addresses: []string{ln.Addr().String()}, HeartBeat: -1, Logger: debugLogger(&logs),
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{ln.Addr().String()}, HeartBeat: -1, Logger: debugLogger(&logs),
 		ReconnectBackoff: Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
 		Subscriptions:    []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
 	if err != nil {

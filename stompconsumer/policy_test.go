@@ -45,7 +45,7 @@ func TestDuplicatePolicies(t *testing.T) {
 			var calls []bool // Duplicate flag per call on key 7
 			var hooked atomic.Int64
 			var done atomic.Int64
-			c, err := New(Config{Addresses: []string{addr}, KeyHeader: "x-idem-key", DuplicatePolicy: tt.policy,
+			c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, KeyHeader: "x-idem-key", DuplicatePolicy: tt.policy,
 				DeadLetterDestination: dlq,
 				OnDuplicate: func(_ context.Context, m *receiver.Message, reason string) {
 					if tt.policy == receiver.DuplicateHook {
@@ -150,7 +150,7 @@ func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 		}
 	}
 	l := newLedger()
-	c, err := New(Config{Addresses: []string{addr}, MaxBodyBytes: maxBody, MaxHeaderBytes: maxHeader,
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, MaxBodyBytes: maxBody, MaxHeaderBytes: maxHeader,
 		KeyHeader: "x-idem-key", DeadLetterDestination: dlq,
 		Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
 	if err != nil {

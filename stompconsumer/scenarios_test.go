@@ -143,7 +143,7 @@ func TestTopicSubscribers(t *testing.T) {
 		}
 	}
 	backoff := Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond}
-	x, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
+	x, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
 		DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{
 			{Destination: topic, Name: "sub-a", Handler: handler(0)},
@@ -152,7 +152,7 @@ func TestTopicSubscribers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := New(Config{Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff, DeadLetterDestination: noDeadLetters(t, addr),
+	y, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff, DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{{Destination: topic, Handler: handler(2)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func TestDeadLetterPaths(t *testing.T) {
 	l := newLedger()
 	var poisonCalls atomic.Int64
 	h := l.handler(0, 0)
-	c, err := New(Config{Addresses: []string{addr}, KeyHeader: "x-idem-key", MaxAttempts: 3, DeadLetterDestination: dlq,
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, KeyHeader: "x-idem-key", MaxAttempts: 3, DeadLetterDestination: dlq,
 		RetryBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			if string(m.Body) == "11" {
@@ -288,7 +288,7 @@ func TestHandlerPanics(t *testing.T) {
 	l := newLedger()
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	c, err := New(Config{Addresses: []string{addr}, Concurrency: 4, DeadLetterDestination: noDeadLetters(t, addr),
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, Concurrency: 4, DeadLetterDestination: noDeadLetters(t, addr),
 		RetryBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			mu.Lock()

@@ -24,7 +24,7 @@ func TestGracefulStop(t *testing.T) {
 	var running atomic.Int64
 	inflight := make(chan struct{}, n)
 	h := l.handler(0, 0)
-	c, err := New(Config{Addresses: []string{addr}, Prefetch: n, Concurrency: 3, DeadLetterDestination: noDeadLetters(t, addr),
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, Prefetch: n, Concurrency: 3, DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			running.Add(1)
 			defer running.Add(-1)
@@ -78,7 +78,7 @@ func TestFailover(t *testing.T) {
 	a, b := newProxy(t, addr), newProxy(t, addr)
 	l := newLedger()
 	l.delay = time.Millisecond
-	c, err := New(Config{Addresses: []string{"tcp://" + a.Addr(), b.Addr()}, Prefetch: 20, DeadLetterDestination: noDeadLetters(t, addr),
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{"tcp://" + a.Addr(), b.Addr()}, Prefetch: 20, DeadLetterDestination: noDeadLetters(t, addr),
 		ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond},
 		Subscriptions:    []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
 	if err != nil {

@@ -55,7 +55,7 @@ func fakeTLSPeer(t *testing.T, hold bool) string {
 func TestTLSDropIsRetried(t *testing.T) {
 	t.Parallel()
 	addr := fakeTLSPeer(t, false)
-	c, err := New(Config{Addresses: []string{"ssl://" + addr}, ConnectRetries: 2,
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{"ssl://" + addr}, ConnectRetries: 2,
 		ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
 		Subscriptions:    []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
 	if err != nil {
@@ -75,7 +75,7 @@ func TestTLSDropIsRetried(t *testing.T) {
 func TestStopDuringTLSHandshake(t *testing.T) {
 	t.Parallel()
 	addr := fakeTLSPeer(t, true)
-	c, err := New(Config{Addresses: []string{"ssl://" + addr}, ConnectRetries: -1,
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{"ssl://" + addr}, ConnectRetries: -1,
 		Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
 	if err != nil {
 		t.Fatal(err)

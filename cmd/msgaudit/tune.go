@@ -12,7 +12,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/acemq/msgaudit/audit"
+	"github.com/acemq/msgaudit/bitsetbin"
 	"github.com/acemq/msgaudit/tune"
+	"github.com/schollz/progressbar/v3"
 )
 
 const tuneUsage = `usage: msgaudit tune [flags] [TRACE]
@@ -47,6 +50,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		jsonOut  = fs.String("json", "", "also write the result as JSON to `FILE`")
 		grid     = fs.Bool("grid", false, "list every grid cell, not just the caught-percentage matrix")
 		quiet    = fs.Bool("quiet", false, "no progress bar")
+		progress = fs.Bool("progress", false, "show the progress bar even when stderr is not a terminal")
 		workers  = fs.Int("workers", 0, "cells replayed at once (default GOMAXPROCS)")
 		generate = fs.String("generate", "", "write a synthetic trace to `FILE` (\"-\" = stdout) and exit")
 		gp       = fs.Int("producers", 64, "generate: producers, interleaved round-robin")
@@ -56,54 +60,65 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		gdest    = fs.Int("destinations", 0, "generate: add a destination column with this many queues")
 		gseed    = fs.Uint64("seed", 1, "generate: random seed")
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, stop := parseFlags(fs, args, stderr); stop {
+		return code
 	}
+	bad := func(format string, args ...any) int { return usageError(stderr, "tune", format, args...) }
 	if *generate != "" {
-		if fs.NArg() > 0 {
-			fmt.Fprintln(stderr, "msgaudit tune: --generate takes no trace argument")
-			return 2
-		}
 		dist, err := tune.ParseDistribution(*gd)
-		if err != nil {
-			fmt.Fprintln(stderr, "msgaudit tune:", err)
-			return 2
+		switch {
+		case fs.NArg() > 0:
+			return bad("-generate takes no trace argument (got %q)", fs.Args())
+		case err != nil:
+			return bad("-distance: %s", errText("tune", err))
+		case *gp < 1:
+			return bad("-producers %d: want at least 1", *gp)
+		case *gc < 0:
+			return bad("-count %d: want 0 or more", *gc)
+		case !(*gr >= 0 && *gr <= 1):
+			return bad("-redelivery-rate %v: want a probability in [0,1]", *gr)
+		case *gdest < 0:
+			return bad("-destinations %d: want 0 or more", *gdest)
 		}
 		return tuneGenerate(*generate, tune.GenerateOptions{Producers: *gp, Count: *gc, RedeliveryRate: *gr,
 			Distance: dist, Destinations: *gdest, Seed: *gseed}, stdout, stderr)
 	}
 	if fs.NArg() > 1 {
-		fmt.Fprintln(stderr, "msgaudit tune: at most one trace file")
-		return 2
+		return bad("at most one trace file (got %q)", fs.Args())
 	}
 	o := tune.Options{Target: *target, Margin: *margin, Workers: *workers}
 	var err error
-	if o.Depths, err = parseInts(*depths); err != nil {
-		fmt.Fprintln(stderr, "msgaudit tune: --depths:", err)
-		return 2
+	switch {
+	case !(*target > 0 && *target <= 1):
+		return bad("-target %v: want a fraction in (0,1]", *target)
+	case !(*margin >= 1):
+		return bad("-margin %v: want a factor of at least 1", *margin)
+	case *workers < 0:
+		return bad("-workers %d: want 0 (GOMAXPROCS) or more", *workers)
+	case *maxBad < 0:
+		return bad("-max-bad %d: want 0 or more", *maxBad)
+	case *quiet && *progress:
+		return bad("-quiet and -progress contradict each other")
 	}
-	if o.Caps, err = parseInts(*caps); err != nil {
-		fmt.Fprintln(stderr, "msgaudit tune: --caps:", err)
-		return 2
+	if o.Depths, err = parseInts(*depths, 1, bitsetbin.MaxDepth); err != nil {
+		return bad("-depths %q: %v", *depths, err)
+	}
+	if o.Caps, err = parseInts(*caps, 1, audit.MaxProducersLimit); err != nil {
+		return bad("-caps %q: %v", *caps, err)
 	}
 
 	in, name := io.Reader(os.Stdin), "stdin"
 	if p := fs.Arg(0); p != "" && p != "-" {
 		f, err := os.Open(p)
 		if err != nil {
-			fmt.Fprintln(stderr, "msgaudit tune:", err)
-			return 1
+			return failure(stderr, "tune", err)
 		}
 		defer f.Close()
 		in, name = f, p
 	}
 	tr, err := tune.Read(in, tune.ReadOptions{Strict: *strict, MaxBadLines: *maxBad})
 	if err != nil {
-		fmt.Fprintf(stderr, "msgaudit tune: %s: %v\n", name, err)
-		return 1
+		return failure(stderr, "tune", fmt.Errorf("%s: %s", name, errText("tune", err)))
 	}
 	for _, b := range tr.BadLines {
 		fmt.Fprintf(stderr, "%s:%d: %v\n", name, b.Line, b.Err)
@@ -112,10 +127,12 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %d more bad lines not listed\n", name, tr.Bad-len(tr.BadLines))
 	}
 	if len(tr.Records) == 0 {
-		fmt.Fprintf(stderr, "msgaudit tune: %s: no message ids (%d lines, %d bad)\n", name, tr.Lines, tr.Bad)
-		return 1
+		return failure(stderr, "tune", fmt.Errorf("%s: no message ids (%d lines, %d bad)", name, tr.Lines, tr.Bad))
 	}
-	bar := newBar(stderr, *quiet, 1, "replaying")
+	var bar *progressbar.ProgressBar
+	if !*quiet {
+		bar = newProgress(stderr, *progress, 1, "replaying")
+	}
 	if bar != nil {
 		o.Progress = func(done, total int) {
 			bar.ChangeMax(total)
@@ -127,20 +144,18 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		bar.Finish()
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "msgaudit tune:", err)
 		if errors.Is(err, tune.ErrOptions) {
-			return 2
+			return bad("%s", errText("tune", err))
 		}
-		return 1
+		return failure(stderr, "tune", err)
 	}
 	printTune(stdout, name, tr, r, *grid)
 	if *jsonOut != "" {
 		if err := writeJSON(*jsonOut, tuneJSON(name, tr, r)); err != nil {
-			fmt.Fprintln(stderr, "msgaudit tune:", err)
-			return 1
+			return failure(stderr, "tune", err)
 		}
 	}
-	return 0
+	return exitOK
 }
 
 func tuneGenerate(path string, o tune.GenerateOptions, stdout, stderr io.Writer) int {
@@ -148,24 +163,21 @@ func tuneGenerate(path string, o tune.GenerateOptions, stdout, stderr io.Writer)
 	if path != "-" {
 		f, err := os.Create(path)
 		if err != nil {
-			fmt.Fprintln(stderr, "msgaudit tune:", err)
-			return 1
+			return failure(stderr, "tune", err)
 		}
 		defer f.Close()
 		w = f
 	}
 	st, err := tune.Generate(w, o)
 	if err != nil {
-		fmt.Fprintln(stderr, "msgaudit tune:", err)
 		if errors.Is(err, tune.ErrOptions) {
-			return 2
+			return usageError(stderr, "tune", "%s", errText("tune", err))
 		}
-		return 1
+		return failure(stderr, "tune", err)
 	}
 	if c, ok := w.(io.Closer); ok && path != "-" {
 		if err := c.Close(); err != nil {
-			fmt.Fprintln(stderr, "msgaudit tune:", err)
-			return 1
+			return failure(stderr, "tune", err)
 		}
 	}
 	fmt.Fprintf(stderr, "msgaudit tune: wrote %d lines to %s: %d producers, %d redeliveries (distance %s, max %d), %d redeliveries skipped (beyond the producer's history)\n",
@@ -173,15 +185,20 @@ func tuneGenerate(path string, o tune.GenerateOptions, stdout, stderr io.Writer)
 	return 0
 }
 
-func parseInts(s string) ([]int, error) {
+// parseInts parses a comma-separated list of integers in [lo, hi].
+func parseInts(s string, lo, hi int) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
 	var v []int
 	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
+		f = strings.TrimSpace(f)
+		n, err := strconv.Atoi(f)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%q is not an integer", f)
+		}
+		if n < lo || n > hi {
+			return nil, fmt.Errorf("%d not in %d..%d", n, lo, hi)
 		}
 		v = append(v, n)
 	}

@@ -1,0 +1,104 @@
+package stompconsumer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/receiver"
+)
+
+// TestStoreChoice: running without a durable store is an explicit choice
+// (MemoryOnly), never the silent meaning of a nil Store.
+func TestStoreChoice(t *testing.T) {
+	t.Parallel()
+	var nilSQLite *idempotency.SQLite // what an unchecked Open error can leave in a variable
+	var nilStore idempotency.Store    // what `store, _ := idempotency.Open(…)` leaves on an error
+	rcv, err := receiver.New(receiver.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := idempotency.NewMemory(idempotency.Options{})
+	defer mem.Close()
+	for _, tt := range []struct {
+		name       string
+		store      idempotency.Store
+		memoryOnly bool
+		receiver   *receiver.Receiver
+		want       string // "" = New succeeds
+	}{
+		{"nil store, no choice", nilStore, false, nil, "no Store: set Store"},
+		{"typed-nil store", nilSQLite, false, nil, "Store is a nil *idempotency.SQLite"},
+		{"typed-nil store and MemoryOnly", nilSQLite, true, nil, "Store is a nil *idempotency.SQLite"},
+		{"store and MemoryOnly", mem, true, nil, "both Store and MemoryOnly"},
+		{"store", mem, false, nil, ""},
+		{"MemoryOnly", nil, true, nil, ""},
+		{"prebuilt receiver", nil, false, rcv, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(Config{Addresses: []string{"h:1"}, Store: tt.store, MemoryOnly: tt.memoryOnly, Receiver: tt.receiver,
+				Subscriptions: []Subscription{{Destination: "/queue/a", Handler: nopHandler}}})
+			if tt.want == "" {
+				if err != nil || c == nil {
+					t.Fatalf("New: %v, want a consumer", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrConfig) || c != nil {
+				t.Fatalf("New = %v, %v; want ErrConfig", c, err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("New: %q does not say %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestGuaranteeLogged: a MemoryOnly consumer says once, at its first Run,
+// that its duplicate detection does not survive a restart; one with a
+// store says that it does.
+func TestGuaranteeLogged(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: Run fails fast with ErrConnect
+	mem := idempotency.NewMemory(idempotency.Options{})
+	defer mem.Close()
+	for _, tt := range []struct {
+		name       string
+		store      idempotency.Store
+		memoryOnly bool
+		want       string
+	}{
+		{"memory only", nil, true, "level=WARN msg=\"stompconsumer: memory-only duplicate detection (Config.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again\""},
+		{"durable", mem, false, "level=INFO msg=\"stompconsumer: durable duplicate detection: finished work is recognised across restarts"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs syncBuffer
+			c, err := New(Config{Addresses: []string{addr}, Store: tt.store, MemoryOnly: tt.memoryOnly,
+				ConnectRetries: 1, ConnectTimeout: time.Second, Logger: debugLogger(&logs),
+				Subscriptions: []Subscription{{Destination: "/queue/a", Handler: nopHandler}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := c.Run(ctx)
+				cancel()
+				if !errors.Is(err, ErrConnect) {
+					t.Fatalf("Run against a closed port: %v, want ErrConnect", err)
+				}
+			}
+			if n := strings.Count(logs.String(), tt.want); n != 1 {
+				t.Fatalf("guarantee logged %d times over two runs, want once:\n%s", n, logs.String())
+			}
+		})
+	}
+}
