@@ -230,7 +230,7 @@ func TestCutDropsPrefetched(t *testing.T) {
 	l := &ledger{applied: map[string]int{}, rng: rand.New(rand.NewPCG(1, 2)),
 		onCount: map[int]func(){cutAt: func() { cuts.Add(int32(px.Cut())) }}}
 	c, err := New(Config{
-		URL: b.via("amqp", px.Addr()), Queue: q, Prefetch: total, Concurrency: 1,
+		URL: b.via("amqp", px.Addr()), Queue: q, Prefetch: total, Concurrency: 1, MemoryOnly: true,
 		Handler: func(ctx context.Context, m *receiver.Message) error {
 			time.Sleep(5 * time.Millisecond) // slow: the prefetch waits behind it
 			return l.handle(ctx, m)

@@ -31,11 +31,11 @@ func TestStoreChoice(t *testing.T) {
 		cfg  Config
 		want string // "" = valid
 	}{
-		{"nothing chosen", Config{Store: nilStore}, "no Store or StoreURL: set one"},
+		{"nothing chosen", Config{Store: nilStore}, "no Inbox, Store or StoreURL"},
 		{"typed-nil store", Config{Store: nilSQLite}, "Store is a nil *idempotency.SQLite"},
 		{"typed-nil store and MemoryOnly", Config{Store: nilSQLite, MemoryOnly: true}, "Store is a nil *idempotency.SQLite"},
-		{"store and MemoryOnly", Config{Store: mem, MemoryOnly: true}, "both a store"},
-		{"store URL and MemoryOnly", Config{StoreURL: "memory", MemoryOnly: true}, "both a store"},
+		{"store and MemoryOnly", Config{Store: mem, MemoryOnly: true}, "MemoryOnly set together with a store"},
+		{"store URL and MemoryOnly", Config{StoreURL: "memory", MemoryOnly: true}, "MemoryOnly set together with a store"},
 		{"store", Config{Store: mem}, ""},
 		{"store URL", Config{StoreURL: "redis://127.0.0.1:6379/0"}, ""},
 		{"MemoryOnly", Config{MemoryOnly: true}, ""},

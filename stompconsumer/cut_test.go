@@ -114,7 +114,7 @@ func TestCutDropsPrefetched(t *testing.T) {
 	px := newProxy(t, addr)
 	l := newLedger()
 	h := l.handler(0, 0)
-	c, err := New(Config{Addresses: []string{px.Addr()}, Prefetch: n, Concurrency: 1, DeadLetterDestination: dlq,
+	c, err := New(Config{MemoryOnly: true, Addresses: []string{px.Addr()}, Prefetch: n, Concurrency: 1, DeadLetterDestination: dlq,
 		ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			time.Sleep(5 * time.Millisecond) // slow: the prefetched deliveries queue up behind it

@@ -31,7 +31,7 @@ func TestStoreChoice(t *testing.T) {
 		receiver   *receiver.Receiver
 		want       string // "" = New succeeds
 	}{
-		{"nil store, no choice", nilStore, false, nil, "no Store: set Store"},
+		{"nil store, no choice", nilStore, false, nil, "no Store or Inbox"},
 		{"typed-nil store", nilSQLite, false, nil, "Store is a nil *idempotency.SQLite"},
 		{"typed-nil store and MemoryOnly", nilSQLite, true, nil, "Store is a nil *idempotency.SQLite"},
 		{"store and MemoryOnly", mem, true, nil, "both Store and MemoryOnly"},

@@ -66,6 +66,8 @@ var imports = map[string]string{
 	"msgid": "github.com/acemq/msgaudit/msgid", "receiver": "github.com/acemq/msgaudit/receiver",
 	"rabbitconsumer": "github.com/acemq/msgaudit/rabbitconsumer", "stompconsumer": "github.com/acemq/msgaudit/stompconsumer",
 	"tune": "github.com/acemq/msgaudit/tune", "amqp": "github.com/rabbitmq/amqp091-go",
+	"inbox": "github.com/acemq/msgaudit/inbox", "pgxinbox": "github.com/acemq/msgaudit/inbox/pgxinbox",
+	"sql": "database/sql", "pgx": "github.com/jackc/pgx/v5", "pgxpool": "github.com/jackc/pgx/v5/pgxpool",
 	"context": "context", "errors": "errors", "fmt": "fmt", "os": "os", "slog": "log/slog", "time": "time",
 }
 
@@ -126,7 +128,11 @@ func generate(dir, readme string, blocks []block) error {
 	}
 	b.WriteString(")\n\n")
 	for _, n := range names {
-		fmt.Fprintf(&b, "var _ = %s.%s\n", n, anyExported(n))
+		x := anyExported(n)
+		if x == "" {
+			return fmt.Errorf("readmecheck: add an exported name of package %s to anyExported", n)
+		}
+		fmt.Fprintf(&b, "var _ = %s.%s\n", n, x)
 	}
 	for i, bl := range blocks {
 		end := "\treturn nil\n"
@@ -161,6 +167,7 @@ func anyExported(pkg string) string {
 	return map[string]string{
 		"audit": "New", "connaudit": "New", "idempotency": "Open", "metadata": "Open", "msgid": "Split",
 		"receiver": "New", "rabbitconsumer": "New", "stompconsumer": "New", "tune": "Read", "amqp": "Dial",
+		"inbox": "New", "pgxinbox": "New", "sql": "Open", "pgx": "Connect", "pgxpool": "New",
 		"context": "Background", "errors": "New", "fmt": "Sprint", "os": "Getenv", "slog": "Default", "time": "Now",
 	}[pkg]
 }
