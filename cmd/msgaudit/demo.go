@@ -231,11 +231,14 @@ func (r demoReport) print(w io.Writer) {
 		if r.guard == guardInbox {
 			tier = "inbox"
 		}
-		row("duplicates absorbed", s.DupAudit+s.DupStore+s.DupInFlight+s.DupOther,
-			fmt.Sprintf("audit %d, %s %d, in-flight %d", s.DupAudit, tier, s.DupStore+s.DupOther, s.DupInFlight))
+		note := fmt.Sprintf("audit %d, %s %d, in-flight %d", s.DupAudit, tier, s.DupStore+s.DupOther, s.DupInFlight)
+		if r.guard == guardStore {
+			note += " (in-flight counts each deferral while a claim, a killed consumer's too, lasts)"
+		}
+		row("duplicates absorbed", s.DupAudit+s.DupStore+s.DupInFlight+s.DupOther, note)
 	}
 	row("retries", s.Retries, fmt.Sprintf("handler failures %d (panics %d)", s.Failures, s.Panics))
-	row("dead-lettered", s.DeadLettered, fmt.Sprintf("%d distinct messages in the dead-letter queue", r.dlqDepth))
+	row("dead-lettered", r.dlqDepth, "distinct messages in the dead-letter queue after -max-attempts")
 	row("consumer kills", r.kills, "SIGKILL at a random point, then a new consumer process")
 	row("connection cuts", r.cuts, fmt.Sprintf("one per graceful restart included; reconnects %d, acks lost with their connection %d", s.Reconnects, s.AckLost))
 	row("failover replays", r.replayed, "copies of already-delivered messages")
