@@ -504,7 +504,9 @@ func (d *demoRun) drive(ctx context.Context, rep *demoReport, bar *progressbar.P
 			faults = faults[1:]
 			switch f.kind {
 			case "kill":
-				d.proc.kill()
+				if err := d.proc.kill(); err != nil {
+					return err
+				}
 				rep.kills++
 				// A killed consumer leaves no audit snapshot: the next
 				// one starts empty, knowing only what durable state knows.

@@ -157,6 +157,9 @@ func demoChild(ctx context.Context, path string) error {
 			return errors.New("the parent process is gone")
 		case err := <-done:
 			_ = report()
+			if ctx.Err() != nil {
+				return nil // interrupted (the terminal's ^C reaches the whole process group)
+			}
 			if err == nil {
 				err = errors.New("stopped by itself")
 			}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -99,14 +100,21 @@ func (p *demoProcs) exitedByItself() error {
 	}
 }
 
-// kill kills the running consumer with SIGKILL and waits for its exit.
-func (p *demoProcs) kill() {
+// kill kills the running consumer with SIGKILL and waits for its exit. It
+// returns an error when the consumer did not die of the signal (it had
+// exited by itself before).
+func (p *demoProcs) kill() error {
 	if p.cur == nil {
-		return
+		return nil
 	}
-	_ = p.cur.cmd.Process.Kill()
-	<-p.cur.exited
+	cur := p.cur
+	_ = cur.cmd.Process.Kill()
+	<-cur.exited
 	p.end()
+	if ws, ok := cur.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		return fmt.Errorf("consumer process %d was to be killed with SIGKILL but ended with %v; its error is above", cur.n, cur.cmd.ProcessState)
+	}
+	return nil
 }
 
 // stop asks the running consumer to stop gracefully and waits for it.
@@ -116,13 +124,13 @@ func (p *demoProcs) stop() error {
 	}
 	cur := p.cur
 	if err := cur.ctrl.send(&wireFrame{Op: "stop"}); err != nil {
-		p.kill()
+		_ = p.kill()
 		return fmt.Errorf("stop consumer process %d: %w", cur.n, err)
 	}
 	select {
 	case <-cur.exited:
 	case <-time.After(demoStopTimeout):
-		p.kill()
+		_ = p.kill()
 		return fmt.Errorf("consumer process %d did not stop within %v", cur.n, demoStopTimeout)
 	}
 	p.end()
@@ -160,7 +168,7 @@ func (p *demoProcs) totals() demoStats {
 }
 
 // shutdown kills a consumer still running (after a failed run).
-func (p *demoProcs) shutdown() { p.kill() }
+func (p *demoProcs) shutdown() { _ = p.kill() }
 
 // demoLockedWriter serializes writes to w (the consumers' stderr and the
 // parent's).
