@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/acemq/msgaudit/brokermodel"
+	"pgregory.net/rapid"
 )
 
 // wireFixture is a broker model served on a unix socket, with n messages
@@ -190,4 +192,174 @@ func TestWirePrefetch(t *testing.T) {
 	}
 	next(t, c)
 	waitDepth(t, b, "/queue/w", 2, 2)
+}
+
+// srvConns returns the model connections s serves now.
+func srvConns(s *modelServer) map[*brokermodel.Conn]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[*brokermodel.Conn]bool{}
+	for c := range s.conns {
+		out[c] = true
+	}
+	return out
+}
+
+// TestWireProperty drives a served broker model through random receives,
+// acks, stale acks, client closes and parent cuts, against a simple model:
+// an acknowledged message is never delivered again, a message is held at
+// most once at a time, one delivered before comes back marked redelivered,
+// a connection holds min(prefetch, unacknowledged) deliveries, and at the
+// end every message was acknowledged exactly once.
+func TestWireProperty(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 8).Draw(rt, "n")
+		prefetch := rapid.IntRange(1, 4).Draw(rt, "prefetch")
+		b, srv, path := wireFixture(t, n)
+		ctx := context.Background()
+		dial := func() *modelClient {
+			c, err := dialModel(ctx, path, "/queue/w", prefetch)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			return c
+		}
+		c := dial()
+		defer func() { c.Close() }()
+		held := map[uint64]string{} // tag -> id, received on c and not acked
+		heldIDs := map[string]bool{}
+		acked := map[string]bool{}
+		seen := map[string]bool{}
+		var ackedTags []uint64
+		recv := func() {
+			var f *wireFrame
+			select {
+			case f = <-c.frames:
+			case <-time.After(10 * time.Second):
+				rt.Fatalf("no delivery within 10s (held %d, acked %d of %d, prefetch %d)", len(held), len(acked), n, prefetch)
+			}
+			if f == nil {
+				rt.Fatal("the connection ended instead of delivering")
+			}
+			switch {
+			case acked[f.ID]:
+				rt.Fatalf("acknowledged message %s delivered again", f.ID)
+			case heldIDs[f.ID]:
+				rt.Fatalf("message %s delivered twice on one connection", f.ID)
+			case seen[f.ID] && !f.Redelivered:
+				rt.Fatalf("message %s delivered again without the redelivered flag", f.ID)
+			}
+			seen[f.ID] = true
+			held[f.Tag], heldIDs[f.ID] = f.ID, true
+		}
+		// settled waits until the server has processed every ack sent.
+		settled := func() {
+			want := min(prefetch, n-len(acked))
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				p, fl := b.Depth("/queue/w")
+				if fl == want && p == n-len(acked)-want {
+					return
+				}
+				if time.Now().After(deadline) {
+					rt.Fatalf("depth %d pending, %d in flight after 10s; want %d in flight of %d unacked", p, fl, want, n-len(acked))
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		ops := map[string]func(*rapid.T){
+			"receive": func(rt *rapid.T) {
+				if len(held) >= min(prefetch, n-len(acked)) {
+					rt.Skip("nothing more to receive")
+				}
+				recv()
+			},
+			"ack": func(rt *rapid.T) {
+				if len(held) == 0 {
+					rt.Skip("nothing held")
+				}
+				tags := make([]uint64, 0, len(held))
+				for tag := range held {
+					tags = append(tags, tag)
+				}
+				slices.Sort(tags)
+				tag := rapid.SampledFrom(tags).Draw(rt, "tag")
+				if err := c.ack(tag); err != nil {
+					rt.Fatal(err)
+				}
+				id := held[tag]
+				delete(held, tag)
+				delete(heldIDs, id)
+				acked[id] = true
+				ackedTags = append(ackedTags, tag)
+			},
+			"stale ack": func(rt *rapid.T) {
+				if len(ackedTags) == 0 {
+					rt.Skip("nothing acked")
+				}
+				if err := c.ack(rapid.SampledFrom(ackedTags).Draw(rt, "stale")); err != nil {
+					rt.Fatal(err)
+				}
+			},
+			"close": func(rt *rapid.T) {
+				settled()
+				old := srvConns(srv)
+				if rapid.Bool().Draw(rt, "cut") {
+					srv.Cut()
+				} else {
+					c.Close()
+				}
+				select {
+				case <-c.done:
+				case <-time.After(10 * time.Second):
+					srv.mu.Lock()
+					conns := len(srv.conns)
+					srv.mu.Unlock()
+					p, fl := b.Depth("/queue/w")
+					rt.Fatalf("the connection did not end within 10s (server connections %d, depth %d, %d)", conns, p, fl)
+				}
+				c = dial()
+				// Wait until the server has let the old connection go and
+				// taken the new one, so a later cut finds it.
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					now := srvConns(srv)
+					_, fl := b.Depth("/queue/w")
+					fresh := len(now) == 1
+					for c := range now {
+						fresh = fresh && !old[c]
+					}
+					if fresh && fl == min(prefetch, n-len(acked)) {
+						break
+					}
+					if time.Now().After(deadline) {
+						rt.Fatalf("after a reconnect: %d server connections, %d in flight after 10s", len(now), fl)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				clear(held)
+				clear(heldIDs)
+				ackedTags = nil // tags are per connection
+			},
+		}
+		rt.Repeat(ops)
+		// Drain: receive and ack the rest.
+		for len(acked) < n {
+			for len(held) < min(prefetch, n-len(acked)) {
+				recv()
+			}
+			for tag, id := range held {
+				if err := c.ack(tag); err != nil {
+					rt.Fatal(err)
+				}
+				acked[id] = true
+			}
+			clear(held)
+			clear(heldIDs)
+		}
+		settled()
+		if p, fl := b.Depth("/queue/w"); p != 0 || fl != 0 || len(acked) != n {
+			rt.Fatalf("end: %d pending, %d in flight, %d of %d acked", p, fl, len(acked), n)
+		}
+	})
 }
