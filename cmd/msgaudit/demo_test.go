@@ -123,7 +123,7 @@ func TestDemoCrash(t *testing.T) {
 // TestDemoGuardNone: with the pipeline disabled, the kills and replays
 // apply messages twice, and the demo says so and exits 1.
 func TestDemoGuardNone(t *testing.T) {
-	code, out, errOut := runDemoTest(t, "-guard", "none", "-n", "1000", "-kills", "2", "-replays", "2")
+	code, out, errOut := runDemoTest(t, "-guard", "none", "-n", "500", "-kills", "2", "-replays", "2")
 	if code != 1 || demoRow(t, out, "applied twice") == 0 || !strings.Contains(out, "FAIL: messages applied twice") {
 		t.Fatalf("exit %d, want 1 with applied twice > 0\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -135,7 +135,7 @@ func TestDemoGuardNone(t *testing.T) {
 // TestDemoGuardStore: the external store's run reports what it applied
 // twice, loses nothing, and exits 0 either way.
 func TestDemoGuardStore(t *testing.T) {
-	code, out, errOut := runDemoTest(t, "-guard", "store", "-n", "1000", "-kills", "2")
+	code, out, errOut := runDemoTest(t, "-guard", "store", "-n", "500", "-kills", "2")
 	if code != 0 || demoRow(t, out, "lost") != 0 || !strings.Contains(out, "guard: store") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -148,7 +148,7 @@ func TestDemoGuardStore(t *testing.T) {
 // TestDemoLost: a consumer that acknowledges a message without applying
 // it (a test hook) makes the demo report it lost and exit 1.
 func TestDemoLost(t *testing.T) {
-	cfg, err := parseDemoFlags([]string{"-n", "500", "-kills", "1", "-timeout", "90s"}, io.Discard)
+	cfg, err := parseDemoFlags([]string{"-n", "300", "-kills", "1", "-timeout", "90s"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,12 +168,12 @@ func TestDemoLost(t *testing.T) {
 // TestDemoDeadLetters: a handler failing most attempts exhausts
 // -max-attempts; the dead-lettered messages are accounted for, not lost.
 func TestDemoDeadLetters(t *testing.T) {
-	code, out, errOut := runDemoTest(t, "-n", "500", "-fail-rate", "0.6", "-max-attempts", "2", "-replays", "0", "-kills", "1")
+	code, out, errOut := runDemoTest(t, "-n", "300", "-fail-rate", "0.6", "-max-attempts", "2", "-replays", "0", "-kills", "1")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	dl := demoRow(t, out, "dead-lettered")
-	if dl == 0 || demoRow(t, out, "lost") != 0 || demoRow(t, out, "applied")+dl < 500 {
+	if dl == 0 || demoRow(t, out, "lost") != 0 || demoRow(t, out, "applied")+dl < 300 {
 		t.Fatalf("dead letters not accounted for:\n%s", out)
 	}
 }
