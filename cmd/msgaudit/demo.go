@@ -2,16 +2,16 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,15 +19,11 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/brokermodel"
-	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/tcpproxy"
-	"github.com/acemq/msgaudit/receiver"
-	"github.com/acemq/msgaudit/stompconsumer"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 	"github.com/schollz/progressbar/v3"
-	_ "modernc.org/sqlite" // the ledger's database/sql driver
 )
 
 // demoKeyHeader carries the producer-chosen key the ledger is keyed on: the
@@ -38,33 +34,49 @@ const demoKeyHeader = "x-demo-key"
 // demoConfig is the demo's command line.
 type demoConfig struct {
 	n, producers, workers, prefetch int
-	store                           string
+	guard, store                    string
 	stomp                           string
 	queue                           string
 	failRate, panicRate             float64
-	cuts, replays, replayN          int
+	kills, cuts, replays, replayN   int
 	restarts, maxAttempts           int
 	seed                            uint64
 	timeout                         time.Duration
 	progress                        bool
+	// loseKey is a test hook, not a flag: the consumer acknowledges this
+	// demo key without applying it.
+	loseKey string
 }
 
-const demoAbout = `msgaudit demo: exactly-once processing under injected faults.
+const demoAbout = `msgaudit demo: exactly-once processing under injected faults, SIGKILL included.
 
-Producers send -n messages; one consumer runs each through the duplicate
-pipeline (connection audit, in-flight table, durable idempotency store) into
-a ledger — an SQLite table with a UNIQUE constraint on each message's key,
-so a message applied twice is detected — while faults are injected:
-connection cuts mid-delivery, handler failures and panics, a consumer
-restart from a persisted audit snapshot and the durable store, and failover
-replays of already-delivered messages. The exit status is 1 if any message
-was lost or applied twice.
+Producers send -n messages; a consumer — a child process — runs each
+through the duplicate pipeline into a ledger, an SQLite table with a UNIQUE
+constraint on each message's key, so a message applied twice is detected.
+Meanwhile the consumer is killed with SIGKILL at random points (-kills) and
+restarted, its connection is cut mid-delivery, its handler fails and
+panics, it is restarted gracefully from a persisted audit snapshot, and
+failover replays deliver copies of already-delivered messages. The exit
+status is 1 if any message was lost or applied twice.
+
+-guard picks what stands between the broker and the ledger:
+  inbox  the connection audit, then a transactional inbox: the message's
+         key is recorded in the ledger's own database transaction, so a
+         SIGKILL leaves both the effect and the record, or neither (default)
+  store  the connection audit, then an external idempotency store (-store),
+         committed apart from the ledger: a SIGKILL between the two applies
+         a message twice. Shown for comparison: its double applies are
+         reported, and do not fail the exit status
+  none   nothing: every delivery is applied; applied twice > 0, exit 1
 
 Without -stomp the demo runs on an in-process broker MODEL (package
 brokermodel): a model of ActiveMQ's delivery behaviour for tests and this
-demo, NOT a broker. Real deployments use a real broker: pass -stomp
-host:port[,host:port...] to run the same demo against ActiveMQ over STOMP
-(failover replays are then produced by the connection cuts themselves).
+demo, NOT a broker. It lives in the parent process, which serves it to the
+consumer over a unix socket: a killed consumer's connection closes, and
+everything it had not acknowledged is redelivered. Real deployments use a
+real broker: pass -stomp host:port[,host:port...] to run the same demo
+against ActiveMQ over STOMP (failover replays are then produced by the
+connection cuts and kills themselves).
 
 Flags:
 `
@@ -72,40 +84,69 @@ Flags:
 func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	var c demoConfig
 	fs := flag.NewFlagSet("msgaudit demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, demoAbout)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard) // errors are returned, -h is printed below
 	fs.IntVar(&c.n, "n", 20000, "messages to send")
 	fs.IntVar(&c.producers, "producers", 4, "producers (each its own connection, so its own producer id)")
 	fs.IntVar(&c.workers, "workers", 4, "consumer handler goroutines")
 	fs.IntVar(&c.prefetch, "prefetch", 100, "consumer prefetch")
-	fs.StringVar(&c.store, "store", "", "idempotency store: memory | sqlite:PATH | redis://... | postgres://... (default: SQLite in a temp dir, synchronous=NORMAL since the dir is deleted at exit)")
+	fs.StringVar(&c.guard, "guard", guardInbox, "duplicate guard: inbox | store | none (see above)")
+	fs.StringVar(&c.store, "store", "", "with -guard store: memory | sqlite:PATH | redis://... | postgres://... (default: SQLite in the run's temp dir)")
 	fs.StringVar(&c.stomp, "stomp", "", "ActiveMQ STOMP address(es), comma-separated; empty = the in-process broker MODEL")
 	fs.StringVar(&c.queue, "queue", "", "queue name (default /queue/msgaudit.demo.<random>)")
 	fs.Float64Var(&c.failRate, "fail-rate", 0.10, "probability that a handler attempt returns an error")
 	fs.Float64Var(&c.panicRate, "panic-rate", 0.01, "probability that a handler attempt panics")
-	fs.IntVar(&c.cuts, "cuts", 3, "connection cuts (model: as a delivery reaches the handler; -stomp: a TCP proxy in front of the broker drops every connection)")
+	fs.IntVar(&c.kills, "kills", 5, "times the consumer process is killed with SIGKILL (at random points) and restarted")
+	fs.IntVar(&c.cuts, "cuts", 3, "connection cuts while deliveries are in the consumer (-stomp: a TCP proxy in front of the broker drops them)")
 	fs.IntVar(&c.replays, "replays", 3, "failover replays (model only)")
 	fs.IntVar(&c.replayN, "replay-size", 100, "recently delivered messages copied per replay (model only)")
-	fs.IntVar(&c.restarts, "restarts", 1, "consumer restarts from the persisted audit snapshot and the store")
+	fs.IntVar(&c.restarts, "restarts", 1, "graceful consumer restarts from the persisted audit snapshot")
 	fs.IntVar(&c.maxAttempts, "max-attempts", 10, "handler attempts before a message is dead-lettered")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the injected faults")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up (and count what is missing as lost) after this long")
-	fs.BoolVar(&c.progress, "progress", true, "show a progress bar on stderr")
+	fs.BoolVar(&c.progress, "progress", demoIsTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, demoAbout)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+		}
 		return c, err
+	}
+	positive := []struct {
+		name string
+		v    int
+	}{{"-n", c.n}, {"-producers", c.producers}, {"-workers", c.workers}, {"-prefetch", c.prefetch}, {"-max-attempts", c.maxAttempts}}
+	for _, f := range positive {
+		if f.v <= 0 {
+			return c, fmt.Errorf("%s must be positive, got %d", f.name, f.v)
+		}
+	}
+	nonNegative := []struct {
+		name string
+		v    int
+	}{{"-kills", c.kills}, {"-cuts", c.cuts}, {"-replays", c.replays}, {"-replay-size", c.replayN}, {"-restarts", c.restarts}}
+	for _, f := range nonNegative {
+		if f.v < 0 {
+			return c, fmt.Errorf("%s must be >= 0, got %d", f.name, f.v)
+		}
 	}
 	switch {
 	case fs.NArg() > 0:
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case c.n <= 0 || c.producers <= 0 || c.workers <= 0 || c.prefetch <= 0 || c.maxAttempts <= 0:
-		return c, errors.New("-n, -producers, -workers, -prefetch and -max-attempts must be positive")
-	case c.failRate < 0 || c.panicRate < 0 || c.failRate+c.panicRate >= 1:
-		return c, errors.New("-fail-rate and -panic-rate must be >= 0 with a sum below 1")
-	case c.cuts < 0 || c.replays < 0 || c.restarts < 0 || c.replayN < 0:
-		return c, errors.New("-cuts, -replays, -replay-size and -restarts must be >= 0")
+	case c.failRate < 0 || c.failRate >= 1:
+		return c, fmt.Errorf("-fail-rate must be in [0, 1), got %v", c.failRate)
+	case c.panicRate < 0 || c.panicRate >= 1:
+		return c, fmt.Errorf("-panic-rate must be in [0, 1), got %v", c.panicRate)
+	case c.failRate+c.panicRate >= 1:
+		return c, fmt.Errorf("-fail-rate + -panic-rate must be below 1, got %v + %v", c.failRate, c.panicRate)
+	case c.timeout <= 0:
+		return c, fmt.Errorf("-timeout must be positive, got %v", c.timeout)
+	case c.guard != guardInbox && c.guard != guardStore && c.guard != guardNone:
+		return c, fmt.Errorf("-guard must be inbox, store or none, got %q", c.guard)
+	case c.store != "" && c.guard != guardStore:
+		return c, fmt.Errorf("-store is only used with -guard store (got -guard %s)", c.guard)
+	case c.queue != "" && !strings.HasPrefix(c.queue, "/queue/"):
+		return c, fmt.Errorf("-queue must start with /queue/, got %q", c.queue)
 	}
 	if c.producers > c.n {
 		c.producers = c.n
@@ -113,16 +154,31 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	return c, nil
 }
 
+// demoIsTerminal reports whether w is a terminal (a character device).
+func demoIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
 // runDemo runs the demo and returns the exit status: 0 when every message
 // was applied exactly once, 1 when one was lost or applied twice or the
-// demo failed, 2 for bad flags.
+// demo failed, 2 for bad flags. In a process started as a demo consumer
+// (demoChildEnv set) it runs the consumer instead.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if path := os.Getenv(demoChildEnv); path != "" {
+		return runDemoChild(ctx, path, stderr)
+	}
 	cfg, err := parseDemoFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "msgaudit demo:", err)
+		fmt.Fprintln(stderr, "run 'msgaudit demo -h' for usage")
 		return 2
 	}
 	rep, err := demo(ctx, cfg, stderr)
@@ -135,9 +191,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // exitCode is 1 when a message was lost or applied twice, or the run timed
-// out; else 0.
+// out; else 0. Under -guard store, applied twice is expected and does not
+// count.
 func (r demoReport) exitCode() int {
-	if r.lost > 0 || r.twice > 0 || r.timedOut {
+	if r.lost > 0 || r.timedOut || (r.twice > 0 && r.guard != guardStore) {
 		return 1
 	}
 	return 0
@@ -145,68 +202,104 @@ func (r demoReport) exitCode() int {
 
 // demoReport is the demo's outcome.
 type demoReport struct {
-	mode, store                     string
-	sent, deliveries, redeliveries  uint64
-	dupAudit, dupStore, dupInFlight uint64
-	retries, failures, panics       uint64
-	deadLettered, cuts, replayed    uint64
-	restarts, reconnects, ackLost   uint64
-	applied, lost, twice            int64
-	dlqDepth, leftOnBroker          int
-	elapsed                         time.Duration
-	storeMean                       time.Duration
-	timedOut                        bool
+	mode, guard, guardDesc string
+	sent                   uint64
+	st                     demoStats // the consumers' counters, summed
+	deliveries, redelivs   uint64
+	cuts, replayed         uint64
+	kills, restarts        uint64
+	applied, lost, twice   int64
+	dlqDepth, leftOnBroker int
+	elapsed                time.Duration
+	timedOut               bool
 }
 
 func (r demoReport) print(w io.Writer) {
-	fmt.Fprintf(w, "msgaudit demo on %s, store %s\n", r.mode, r.store)
+	fmt.Fprintf(w, "msgaudit demo on %s\nguard: %s\n", r.mode, r.guardDesc)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k string, v any, note string) {
 		fmt.Fprintf(tw, "  %s\t%v\t%s\n", k, v, note)
 	}
+	s := r.st
 	row("sent", r.sent, "")
 	row("delivered", r.deliveries, "deliveries handed to the consumer")
-	row("redeliveries", r.redeliveries, "with the redelivered flag")
-	row("duplicates absorbed", r.dupAudit+r.dupStore+r.dupInFlight,
-		fmt.Sprintf("audit %d, store %d, in-flight %d", r.dupAudit, r.dupStore, r.dupInFlight))
-	row("retries", r.retries, fmt.Sprintf("handler failures %d (panics %d)", r.failures, r.panics))
-	row("dead-lettered", r.deadLettered, fmt.Sprintf("%d distinct messages in the dead-letter queue", r.dlqDepth))
-	row("connection cuts", r.cuts, fmt.Sprintf("one per restart included; reconnects %d, acks lost with their connection %d",
-		r.reconnects, r.ackLost))
+	row("redeliveries", r.redelivs, "with the redelivered flag")
+	if r.guard == guardNone {
+		row("duplicates absorbed", 0, fmt.Sprintf("none: no pipeline (%d duplicates the consumer knew of were applied again)", s.AppliedAgain))
+	} else {
+		tier := "store"
+		if r.guard == guardInbox {
+			tier = "inbox"
+		}
+		note := fmt.Sprintf("audit %d, %s %d, in-flight %d", s.DupAudit, tier, s.DupStore+s.DupOther, s.DupInFlight)
+		if r.guard == guardStore {
+			note += " (in-flight counts each deferral while a claim, a killed consumer's too, lasts)"
+		}
+		row("duplicates absorbed", s.DupAudit+s.DupStore+s.DupInFlight+s.DupOther, note)
+	}
+	row("retries", s.Retries, fmt.Sprintf("handler failures %d (panics %d)", s.Failures, s.Panics))
+	row("dead-lettered", r.dlqDepth, "distinct messages in the dead-letter queue after -max-attempts")
+	row("consumer kills", r.kills, "SIGKILL at a random point, then a new consumer process")
+	row("connection cuts", r.cuts, fmt.Sprintf("one per graceful restart included; reconnects %d, acks lost with their connection %d", s.Reconnects, s.AckLost))
 	row("failover replays", r.replayed, "copies of already-delivered messages")
-	row("consumer restarts", r.restarts, "from the persisted audit snapshot and the store")
+	row("consumer restarts", r.restarts, "graceful, from the persisted audit snapshot")
 	row("applied", r.applied, "ledger rows")
 	row("left on the broker", r.leftOnBroker, "deliveries never acknowledged, at the end")
 	row("lost", r.lost, "must be 0")
-	row("applied twice", r.twice, "must be 0")
-	row("elapsed", r.elapsed.Round(time.Millisecond), fmt.Sprintf("mean store call %v", r.storeMean.Round(time.Microsecond)))
+	if r.guard == guardStore {
+		row("applied twice", r.twice, "can be > 0 with kills: the store's record and the ledger commit apart")
+	} else {
+		row("applied twice", r.twice, "must be 0")
+	}
+	mean := time.Duration(0)
+	if s.StoreCalls > 0 {
+		mean = time.Duration(s.StoreNanos / s.StoreCalls)
+	}
+	call := ""
+	switch r.guard {
+	case guardInbox:
+		call = fmt.Sprintf("mean inbox call %v", mean.Round(time.Microsecond))
+	case guardStore:
+		call = fmt.Sprintf("mean store call %v", mean.Round(time.Microsecond))
+	}
+	row("elapsed", r.elapsed.Round(time.Millisecond), call)
 	row("throughput", fmt.Sprintf("%.0f msgs/s", float64(r.sent)/math.Max(r.elapsed.Seconds(), 1e-9)), "")
 	tw.Flush()
+	if r.kills > 0 {
+		fmt.Fprintln(w, "(counters of a killed consumer are as of its last report, at most 20ms before its death;"+
+			" sent, applied, applied twice, lost and the broker's counts are exact)")
+	}
 	switch {
 	case r.timedOut:
 		fmt.Fprintln(w, "FAIL: timed out before every message was accounted for")
-	case r.lost == 0 && r.twice == 0 && r.dlqDepth > 0:
+	case r.lost > 0:
+		fmt.Fprintln(w, "FAIL: messages lost")
+	case r.twice > 0 && r.guard == guardStore:
+		fmt.Fprintf(w, "NOTE: %d applied twice, as expected with -guard store: a consumer killed after its ledger commit and"+
+			" before the store's confirm leaves an effect the store does not know of; -guard inbox commits both together."+
+			" This run's exit status is 0: the comparison does not fail the demo.\n", r.twice)
+	case r.twice > 0:
+		fmt.Fprintln(w, "FAIL: messages applied twice")
+	case r.dlqDepth > 0:
 		fmt.Fprintf(w, "OK: nothing lost, nothing applied twice (%d messages dead-lettered after -max-attempts)\n", r.dlqDepth)
-	case r.lost == 0 && r.twice == 0:
-		fmt.Fprintln(w, "OK: every message applied exactly once")
 	default:
-		fmt.Fprintln(w, "FAIL: messages lost or applied twice")
+		fmt.Fprintln(w, "OK: every message applied exactly once")
 	}
 }
 
-// demoRun holds the state shared by the producers, the consumer and the
-// fault injector.
+// demoRun holds the parent's state: the producers, the consumer process,
+// the fault plan and the accounting.
 type demoRun struct {
 	cfg     demoConfig
 	dir     string
-	ledger  *demoLedger
-	store   idempotency.Store
-	metrics *receiver.Metrics
+	stderr  io.Writer
+	ledger  *demoLedger // the parent's read-only view of the consumer's ledger
+	proc    *demoProcs
 	keys    []string        // every demo key sent
 	dlq     map[string]bool // demo keys found in the dead-letter queue at the end
 	sent    atomic.Uint64
-	ackLost atomic.Uint64
 	cuts    atomic.Uint64
+	applied atomic.Int64 // ledger rows, as last counted
 	// finished is when every message was accounted for (the clock stops
 	// there; shutdown and the final accounting are not throughput).
 	finished time.Time
@@ -221,32 +314,58 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 	if cfg.queue == "" {
 		cfg.queue = fmt.Sprintf("/queue/msgaudit.demo.%d", time.Now().UnixNano())
 	}
-	storeURL := cfg.store
-	if storeURL == "" {
-		// The store lives in a temp dir deleted at exit, so fsync on every
-		// commit (the store's durable default) would buy nothing here.
-		storeURL = "sqlite:" + filepath.Join(dir, "idempotency.db") + "?_pragma=synchronous(NORMAL)"
+	rep := demoReport{guard: cfg.guard}
+	storeURL := ""
+	switch cfg.guard {
+	case guardInbox:
+		rep.guardDesc = "inbox (connection audit + transactional inbox in the ledger's SQLite database)"
+	case guardNone:
+		rep.guardDesc = "none (no duplicate pipeline: every delivery is applied)"
+	case guardStore:
+		storeURL = cfg.store
+		if storeURL == "" {
+			// The store lives in a temp dir deleted at exit, so fsync on
+			// every commit would buy nothing; NORMAL survives a SIGKILL.
+			storeURL = "sqlite:" + filepath.Join(dir, "idempotency.db") + "?_pragma=synchronous(NORMAL)"
+		}
+		// Open it once here, so a bad -store is reported before anything
+		// starts; each consumer process opens its own.
+		st, err := idempotency.Open(ctx, storeURL, idempotency.Options{})
+		if errors.Is(err, idempotency.ErrUnsupportedURL) {
+			return rep, fmt.Errorf("-store %q: unsupported (want memory, sqlite:PATH, redis://..., rediss://..., postgres://... or postgresql://...)",
+				idempotency.RedactURL(storeURL))
+		}
+		if err != nil {
+			return rep, fmt.Errorf("-store %s: %s", idempotency.RedactURL(storeURL), strings.TrimPrefix(err.Error(), "idempotency: "))
+		}
+		st.Close()
+		rep.guardDesc = "store (connection audit + idempotency store " + idempotency.RedactURL(storeURL) + ", committed apart from the ledger)"
 	}
-	// Each run keys its store entries under its own queue name; a short
-	// retention lets a shared Redis or PostgreSQL store forget them soon.
-	store, err := idempotency.Open(ctx, storeURL, idempotency.Options{ClaimTTL: time.Minute, Retention: time.Hour})
-	if err != nil {
-		return demoReport{}, fmt.Errorf("store: %w", err)
-	}
-	defer store.Close()
 	led, err := openDemoLedger(filepath.Join(dir, "ledger.db"))
 	if err != nil {
-		return demoReport{}, fmt.Errorf("ledger: %w", err)
+		return rep, fmt.Errorf("ledger: %w", err)
 	}
 	defer led.close()
-
-	d := &demoRun{cfg: cfg, dir: dir, ledger: led, store: store, metrics: new(receiver.Metrics)}
+	exe, err := os.Executable()
+	if err != nil {
+		return rep, fmt.Errorf("cannot find the msgaudit executable to start the consumer: %w", err)
+	}
+	ctl, err := net.Listen("unix", filepath.Join(dir, "control.sock"))
+	if err != nil {
+		return rep, err
+	}
+	defer ctl.Close()
+	d := &demoRun{cfg: cfg, dir: dir, stderr: stderr, ledger: led}
+	d.proc = &demoProcs{exe: exe, dir: dir, ctl: ctl, stderr: &demoLockedWriter{w: stderr}, base: demoChildConfig{
+		Guard: cfg.guard, Queue: cfg.queue, ControlSock: ctl.Addr().String(), DB: filepath.Join(dir, "ledger.db"),
+		Store: storeURL, Namespace: "msgaudit-demo" + cfg.queue, Workers: cfg.workers, Prefetch: cfg.prefetch,
+		MaxAttempts: cfg.maxAttempts, FailRate: cfg.failRate, PanicRate: cfg.panicRate, Seed: cfg.seed, LoseKey: cfg.loseKey,
+	}}
 	for p := range cfg.producers {
 		for i := p; i < cfg.n; i += cfg.producers {
 			d.keys = append(d.keys, fmt.Sprintf("p%d-%d", p, i))
 		}
 	}
-	rep := demoReport{store: idempotency.RedactURL(storeURL)}
 	var bar *progressbar.ProgressBar
 	if cfg.progress {
 		bar = progressbar.NewOptions(cfg.n, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("applied or dead-lettered"),
@@ -259,6 +378,7 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 	} else {
 		err = d.runStomp(ctx, &rep, bar)
 	}
+	d.proc.shutdown()
 	rep.elapsed = time.Since(start)
 	if !d.finished.IsZero() {
 		rep.elapsed = d.finished.Sub(start)
@@ -270,27 +390,21 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 	if err != nil {
 		return rep, err
 	}
-	applied, err := led.count(ctx)
-	if err != nil {
-		return rep, err
+	if rep.applied, err = led.count(ctx); err != nil {
+		return rep, fmt.Errorf("ledger: %w", err)
+	}
+	if rep.twice, err = led.twice(ctx); err != nil {
+		return rep, fmt.Errorf("ledger: %w", err)
 	}
 	inLedger, err := led.keys(ctx)
 	if err != nil {
-		return rep, err
+		return rep, fmt.Errorf("ledger: %w", err)
 	}
-	s := d.metrics.Snapshot()
 	rep.sent = d.sent.Load()
-	rep.applied = applied
-	rep.twice = led.twice.Load()
-	rep.dupAudit, rep.dupStore, rep.dupInFlight = s.DuplicatesAudit, s.DuplicatesStore, s.DuplicatesInFlight
-	rep.retries, rep.failures, rep.panics = s.Retries, s.HandlerErrors, s.Panics
-	rep.deadLettered = s.DeadLettered
-	rep.reconnects = s.Reconnects
-	rep.ackLost = d.ackLost.Load()
+	rep.st = d.proc.totals()
 	rep.cuts = d.cuts.Load()
-	rep.storeMean = s.MeanStoreLatency()
 	if rep.deliveries == 0 {
-		rep.deliveries, rep.redeliveries = s.Delivered, s.Redelivered
+		rep.deliveries, rep.redelivs = rep.st.Delivered, rep.st.Redelivered
 	}
 	// Lost: keys sent but neither in the ledger nor in the dead-letter
 	// queue.
@@ -303,72 +417,11 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 	return rep, nil
 }
 
-// handler applies a message to the ledger, failing or panicking first as
-// the seeded fault plan says for this (message, attempt).
-func (d *demoRun) handler(ctx context.Context, m *receiver.Message) error {
-	key := m.Headers[demoKeyHeader]
-	if key == "" {
-		return fmt.Errorf("message %s has no %s header", m.Key, demoKeyHeader)
-	}
-	switch r := d.draw(m.Key, m.Attempt); {
-	case r < d.cfg.failRate:
-		return fmt.Errorf("injected failure of %s, attempt %d", key, m.Attempt)
-	case r < d.cfg.failRate+d.cfg.panicRate:
-		panic(fmt.Sprintf("injected panic on %s, attempt %d", key, m.Attempt))
-	}
-	return d.ledger.apply(ctx, key, m.Key)
-}
-
-// draw returns a uniform number in [0,1) fixed by the seed, the message
-// and the attempt, so a run's fault plan does not depend on scheduling.
-func (d *demoRun) draw(id string, attempt int) float64 {
-	h := fnv.New64a()
-	h.Write([]byte(id))
-	x := h.Sum64() ^ d.cfg.seed*0x9e3779b97f4a7c15 ^ uint64(attempt)*0xbf58476d1ce4e5b9
-	// splitmix64's finalizer: FNV's high bits alone are far from uniform
-	// for ids that differ only in their last digits.
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return float64(x>>11) / (1 << 53)
-}
-
-func (d *demoRun) newAudit(snapshot []byte) (*connaudit.Audit, error) {
-	a, err := connaudit.New(connaudit.Options{})
-	if err != nil {
-		return nil, err
-	}
-	if snapshot != nil {
-		if err := a.UnmarshalBinary(snapshot); err != nil {
-			return nil, fmt.Errorf("restore audit snapshot: %w", err)
-		}
-	}
-	return a, nil
-}
-
-func (d *demoRun) newReceiver(a *connaudit.Audit) (*receiver.Receiver, error) {
-	return receiver.New(receiver.Config{
-		Audit: receiver.ConnAudit(a), Store: d.store, Namespace: "msgaudit-demo" + d.cfg.queue,
-		MaxAttempts: d.cfg.maxAttempts, Metrics: d.metrics,
-		// Retry fast: the demo's failures are injected, not overload.
-		Backoff: func(attempt int) time.Duration { return time.Duration(attempt) * time.Millisecond },
-	})
-}
-
-// snapshotAudit persists the audit to a file and reads it back, as a
-// consumer restart would.
-func (d *demoRun) snapshotAudit(a *connaudit.Audit, n int) ([]byte, error) {
-	b, err := a.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	path := filepath.Join(d.dir, fmt.Sprintf("audit-%d.snapshot", n))
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return nil, err
-	}
-	return os.ReadFile(path)
+// demoFault is one fault of the plan, due when the messages accounted for
+// reach its fraction of n.
+type demoFault struct {
+	at   float64
+	kind string // "kill", "cut", "replay", "restart"
 }
 
 // demoMilestones returns k fractions of the run spread over (lo, hi).
@@ -380,15 +433,14 @@ func demoMilestones(k int, lo, hi float64) []float64 {
 	return out
 }
 
-// faultPlan is the ordered list of faults, each due when the applied count
-// reaches its fraction of n.
-type demoFault struct {
-	at   float64
-	kind string // "cut", "replay", "restart"
-}
-
+// plan returns the faults in order. Kills fall at seeded random points;
+// the other faults are spread evenly.
 func (d *demoRun) plan() []demoFault {
 	var fs []demoFault
+	rng := rand.New(rand.NewPCG(d.cfg.seed, 0x6b696c6c))
+	for range d.cfg.kills {
+		fs = append(fs, demoFault{0.03 + 0.92*rng.Float64(), "kill"})
+	}
 	for _, at := range demoMilestones(d.cfg.cuts, 0.05, 0.9) {
 		fs = append(fs, demoFault{at, "cut"})
 	}
@@ -400,39 +452,50 @@ func (d *demoRun) plan() []demoFault {
 	for _, at := range demoMilestones(d.cfg.restarts, 0.2, 0.8) {
 		fs = append(fs, demoFault{at, "restart"})
 	}
-	// Sort by time (insertion sort: a handful of faults).
-	for i := 1; i < len(fs); i++ {
-		for j := i; j > 0 && fs[j].at < fs[j-1].at; j-- {
-			fs[j], fs[j-1] = fs[j-1], fs[j]
+	slices.SortStableFunc(fs, func(a, b demoFault) int {
+		switch {
+		case a.at < b.at:
+			return -1
+		case a.at > b.at:
+			return 1
 		}
-	}
+		return 0
+	})
 	return fs
 }
 
-// demoConsumer is a running consumer the driver can stop.
-type demoConsumer struct {
-	audit *connaudit.Audit
-	stop  func() // stops and waits
-}
-
-// drive runs the fault plan against the progress of the ledger until every
-// key is accounted for (applied or dead-lettered) and settled() says the
-// broker has nothing left, or the timeout passes.
+// drive starts the consumer and runs the fault plan against the progress
+// of the ledger until settled says the broker has nothing left for the
+// consumer, or the timeout passes. settled is told whether every key is
+// accounted for (applied or dead-lettered): when not, messages were lost,
+// and a check that cannot see the broker should wait longer before it
+// concludes so. deadLettered returns the dead letters so far.
 func (d *demoRun) drive(ctx context.Context, rep *demoReport, bar *progressbar.ProgressBar,
-	start func(snapshot []byte) (*demoConsumer, error), cut func(), replay func(), settled func() bool) error {
+	cut func(), replay func(), deadLettered func() int64, settled func(all bool) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.timeout)
 	defer cancel()
-	h, err := start(nil)
-	if err != nil {
+	snapshot := filepath.Join(d.dir, "audit.snapshot")
+	if err := d.proc.start(ctx, ""); err != nil {
 		return err
 	}
-	defer func() { h.stop() }()
 	faults := d.plan()
-	tick := time.NewTicker(5 * time.Millisecond)
+	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		if err := d.proc.exitedByItself(); err != nil {
+			return err
+		}
+		applied, err := d.ledger.count(ctx)
+		if err != nil {
+			if ctx.Err() == context.DeadlineExceeded {
+				rep.timedOut = true
+				return nil
+			}
+			return fmt.Errorf("ledger: %w", err)
+		}
+		d.applied.Store(applied)
 		// Progress counts messages accounted for: applied or dead-lettered.
-		done := d.ledger.applied.Load() + int64(d.metrics.DeadLettered.Load())
+		done := applied + deadLettered()
 		if bar != nil {
 			_ = bar.Set64(min(done, int64(d.cfg.n)))
 		}
@@ -440,6 +503,16 @@ func (d *demoRun) drive(ctx context.Context, rep *demoReport, bar *progressbar.P
 			f := faults[0]
 			faults = faults[1:]
 			switch f.kind {
+			case "kill":
+				if err := d.proc.kill(); err != nil {
+					return err
+				}
+				rep.kills++
+				// A killed consumer leaves no audit snapshot: the next
+				// one starts empty, knowing only what durable state knows.
+				if err := d.proc.start(ctx, ""); err != nil {
+					return err
+				}
 			case "cut":
 				cut()
 			case "replay":
@@ -447,15 +520,14 @@ func (d *demoRun) drive(ctx context.Context, rep *demoReport, bar *progressbar.P
 			case "restart":
 				// Cut first, so acks of the deliveries still running are
 				// lost and come back after the restart; then stop (running
-				// handlers finish and settle), persist the audit, restart.
+				// handlers finish and settle, the audit is persisted) and
+				// start a consumer from the snapshot.
 				cut()
-				h.stop()
-				snap, err := d.snapshotAudit(h.audit, int(rep.restarts))
-				if err != nil {
+				if err := d.proc.stop(); err != nil {
 					return err
 				}
 				rep.restarts++
-				if h, err = start(snap); err != nil {
+				if err := d.proc.start(ctx, snapshot); err != nil {
 					return err
 				}
 			}
@@ -463,8 +535,8 @@ func (d *demoRun) drive(ctx context.Context, rep *demoReport, bar *progressbar.P
 		if done >= int64(d.cfg.n) && d.finished.IsZero() {
 			d.finished = time.Now() // every message accounted for: the clock stops
 		}
-		if done >= int64(d.cfg.n) && settled() {
-			return nil
+		if settled(done >= int64(d.cfg.n)) {
+			return d.proc.stop()
 		}
 		select {
 		case <-ctx.Done():
@@ -482,16 +554,15 @@ func (d *demoRun) drive(ctx context.Context, rep *demoReport, bar *progressbar.P
 
 func (d *demoRun) runModel(ctx context.Context, rep *demoReport, bar *progressbar.ProgressBar) error {
 	rep.mode = "the in-process broker MODEL (not a real broker; -stomp runs on ActiveMQ)"
-	var cutNext atomic.Bool
-	var b *brokermodel.Broker
-	b = brokermodel.New(brokermodel.Options{OnReceive: func(c *brokermodel.Conn, _ *brokermodel.Delivery) {
-		// A pending cut happens as a delivery reaches the handler: the
-		// delivery runs, and its ack is lost with the connection.
-		if cutNext.CompareAndSwap(true, false) && b.Cut(c) {
-			d.cuts.Add(1)
-		}
-	}})
+	b := brokermodel.New(brokermodel.Options{})
 	defer b.Close()
+	ln, err := net.Listen("unix", filepath.Join(d.dir, "broker.sock"))
+	if err != nil {
+		return err
+	}
+	srv := serveModel(b, ln)
+	defer srv.Close()
+	d.proc.base.BrokerSock = ln.Addr().String()
 
 	var pwg sync.WaitGroup
 	perr := make(chan error, d.cfg.producers)
@@ -519,43 +590,25 @@ func (d *demoRun) runModel(ctx context.Context, rep *demoReport, bar *progressba
 	}
 	defer pwg.Wait()
 
-	start := func(snapshot []byte) (*demoConsumer, error) {
-		a, err := d.newAudit(snapshot)
-		if err != nil {
-			return nil, err
-		}
-		rcv, err := d.newReceiver(a)
-		if err != nil {
-			return nil, err
-		}
-		mc := &demoModelConsumer{d: d, b: b, rcv: rcv}
-		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); mc.run(cctx) }()
-		return &demoConsumer{audit: a, stop: sync.OnceFunc(func() { cancel(); <-done })}, nil
-	}
-	err := d.drive(ctx, rep, bar, start,
-		func() { cutNext.Store(true) },
+	var producerErr error
+	err = d.drive(ctx, rep, bar,
+		func() { d.cuts.Add(uint64(srv.Cut())) },
 		func() { b.Replay(d.cfg.queue, d.cfg.replayN, true) },
-		func() bool {
+		func() int64 { p, f := b.Depth(brokermodel.DLQ); return int64(p + f) },
+		func(bool) bool {
 			select {
-			case err := <-perr:
-				_ = err
+			case producerErr = <-perr:
 				return true // a producer failed: stop waiting for what it never sent
 			default:
 			}
 			p, f := b.Depth(d.cfg.queue)
 			return p == 0 && f == 0 && d.sent.Load() == uint64(d.cfg.n)
 		})
-	select {
-	case e := <-perr:
-		if err == nil {
-			err = fmt.Errorf("producer: %w", e)
-		}
-	default:
+	if err == nil && producerErr != nil {
+		err = fmt.Errorf("producer: %w", producerErr)
 	}
 	st := b.Stats()
-	rep.deliveries, rep.redeliveries, rep.replayed = st.Delivered, st.Redelivered, st.Replayed
+	rep.deliveries, rep.redelivs, rep.replayed = st.Delivered, st.Redelivered, st.Replayed
 	pending, inFlight := b.Depth(d.cfg.queue)
 	rep.leftOnBroker = pending + inFlight
 	d.dlq = map[string]bool{}
@@ -565,103 +618,13 @@ func (d *demoRun) runModel(ctx context.Context, rep *demoReport, bar *progressba
 	return err
 }
 
-// demoModelConsumer consumes the model's queue with a pool of workers on one
-// connection, reconnecting when it is cut. Requeue is a local retry that
-// holds the delivery (the model's NACK is a poison ack, as on ActiveMQ);
-// DeadLetter is a transaction: SEND the copy to the DLQ + ACK the original.
-type demoModelConsumer struct {
-	d   *demoRun
-	b   *brokermodel.Broker
-	rcv *receiver.Receiver
-}
-
-func (c *demoModelConsumer) run(ctx context.Context) {
-	for first := true; ctx.Err() == nil; first = false {
-		if !first {
-			c.d.metrics.Reconnects.Add(1)
-		}
-		conn, err := c.b.Connect()
-		if err != nil {
-			return
-		}
-		sub, err := conn.Subscribe(c.d.cfg.queue, c.d.cfg.prefetch)
-		if err != nil {
-			conn.Close()
-			continue
-		}
-		var wg sync.WaitGroup
-		for range c.d.cfg.workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					dl, err := sub.Receive(ctx)
-					if err != nil {
-						return
-					}
-					c.handle(ctx, conn, dl)
-				}
-			}()
-		}
-		wg.Wait()
-		conn.Close() // graceful on stop: whatever is unacked comes back
-	}
-}
-
-func (c *demoModelConsumer) handle(ctx context.Context, conn *brokermodel.Conn, dl *brokermodel.Delivery) {
-	m := &receiver.Message{Key: dl.MessageID, Destination: dl.Destination, Consumer: "demo", Headers: dl.Headers,
-		Body: dl.Body, Redelivered: dl.Redelivered, Timestamp: dl.Timestamp}
-	// A stopping consumer lets the running delivery finish and settle.
-	pctx := context.WithoutCancel(ctx)
-	for {
-		res := c.rcv.Process(pctx, m, c.d.handler)
-		switch res.Action {
-		case receiver.Ack:
-			if err := conn.Ack(dl); err != nil {
-				c.d.ackLost.Add(1)
-			}
-			return
-		case receiver.DeadLetter:
-			tx, err := conn.Begin()
-			if err == nil {
-				_, err = tx.Send(brokermodel.DLQ, dl.Body, brokermodel.SendOptions{Persistent: true,
-					Headers: receiver.DeadLetterHeaders(m, res)})
-			}
-			if err == nil {
-				err = tx.Ack(dl)
-			}
-			if err == nil {
-				err = tx.Commit()
-			}
-			if err != nil {
-				c.d.ackLost.Add(1)
-			}
-			return
-		}
-		// Requeue: retry locally after the backoff, unless the consumer
-		// stops or the connection is gone (the broker redelivers then).
-		if conn.Closed() {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(res.RetryAfter):
-		}
-		if res.Ran {
-			m.Attempt = res.Attempt + 1
-		}
-	}
-}
-
 // ---- real ActiveMQ over STOMP ----
 
 func (d *demoRun) runStomp(ctx context.Context, rep *demoReport, bar *progressbar.ProgressBar) error {
 	addrs := strings.Split(d.cfg.stomp, ",")
 	rep.mode = "ActiveMQ over STOMP at " + d.cfg.stomp
-	// Consumers connect through a TCP proxy the demo can cut.
+	// The consumer connects through TCP proxies the demo can cut.
 	var proxies []*tcpproxy.Proxy
-	var consumerAddrs []string
 	for _, a := range addrs {
 		p, err := tcpproxy.New(strings.TrimSpace(a), tcpproxy.Options{})
 		if err != nil {
@@ -669,8 +632,9 @@ func (d *demoRun) runStomp(ctx context.Context, rep *demoReport, bar *progressba
 		}
 		defer p.Close()
 		proxies = append(proxies, p)
-		consumerAddrs = append(consumerAddrs, p.Addr())
+		d.proc.base.Stomp = append(d.proc.base.Stomp, p.Addr())
 	}
+	d.proc.base.DLQ = d.dlqName()
 	perr := make(chan error, d.cfg.producers)
 	var pwg sync.WaitGroup
 	for p := range d.cfg.producers {
@@ -683,48 +647,15 @@ func (d *demoRun) runStomp(ctx context.Context, rep *demoReport, bar *progressba
 		}()
 	}
 	defer pwg.Wait()
-	start := func(snapshot []byte) (*demoConsumer, error) {
-		a, err := d.newAudit(snapshot)
-		if err != nil {
-			return nil, err
-		}
-		rcv, err := d.newReceiver(a)
-		if err != nil {
-			return nil, err
-		}
-		c, err := stompconsumer.New(stompconsumer.Config{
-			Addresses: consumerAddrs, Receiver: rcv, Metrics: d.metrics,
-			Subscriptions: []stompconsumer.Subscription{{Destination: d.cfg.queue, Handler: d.handler}},
-			Prefetch:      d.cfg.prefetch, Concurrency: d.cfg.workers, MaxAttempts: d.cfg.maxAttempts,
-			RetryBackoff:          stompconsumer.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond},
-			DeadLetterDestination: d.dlqName(),
-		})
-		if err != nil {
-			return nil, err
-		}
-		cctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- c.Run(cctx) }()
-		return &demoConsumer{audit: a, stop: sync.OnceFunc(func() {
-			cancel()
-			err := <-done
-			d.ackLost.Add(c.Stats().StaleAcks)
-			if err != nil && !errors.Is(err, context.Canceled) {
-				select {
-				case perr <- fmt.Errorf("consumer: %w", err):
-				default:
-				}
-			}
-		})}, nil
-	}
-	err := d.drive(ctx, rep, bar, start,
+	err := d.drive(ctx, rep, bar,
 		func() {
 			for _, p := range proxies {
 				d.cuts.Add(uint64(p.Cut()))
 			}
 		},
 		func() {},
-		d.quiet(time.Second))
+		func() int64 { return int64(d.proc.totals().DeadLettered) },
+		d.quiet(time.Second, 5*time.Second))
 	select {
 	case e := <-perr:
 		if err == nil {
@@ -744,18 +675,24 @@ func (d *demoRun) runStomp(ctx context.Context, rep *demoReport, bar *progressba
 }
 
 // quiet returns a settled check for a broker whose queue depth the demo
-// cannot read: everything was sent and no delivery reached the consumer
-// for the period (the redeliveries of acks lost in cuts have come back and
-// been absorbed).
-func (d *demoRun) quiet(period time.Duration) func() bool {
+// cannot read: everything was sent, and neither the consumer's deliveries
+// nor the ledger moved for the period (the redeliveries of acks lost in
+// cuts and kills have come back and been absorbed, or applied), or for the
+// longer missing period while keys are not all accounted for.
+func (d *demoRun) quiet(period, missing time.Duration) func(all bool) bool {
 	var last uint64
+	var lastApplied int64
 	var since time.Time
-	return func() bool {
-		n := d.metrics.Delivered.Load()
-		if n != last || since.IsZero() {
-			last, since = n, time.Now()
+	return func(all bool) bool {
+		n, a := d.proc.totals().Delivered, d.applied.Load()
+		if n != last || a != lastApplied || since.IsZero() {
+			last, lastApplied, since = n, a, time.Now()
 		}
-		return d.sent.Load() == uint64(d.cfg.n) && time.Since(since) >= period
+		wait := period
+		if !all {
+			wait = missing
+		}
+		return d.sent.Load() == uint64(d.cfg.n) && time.Since(since) >= wait
 	}
 }
 
@@ -829,78 +766,4 @@ func (d *demoRun) produceStomp(ctx context.Context, addr string, p int) error {
 		}
 	}
 	return nil
-}
-
-// ---- the ledger ----
-
-// demoLedger is an SQLite table with a UNIQUE key: applying a message twice
-// fails the constraint, which the demo counts as "applied twice".
-type demoLedger struct {
-	db      *sql.DB
-	ins     *sql.Stmt
-	applied atomic.Int64
-	twice   atomic.Int64
-}
-
-func openDemoLedger(path string) (*demoLedger, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)")
-	if err != nil {
-		return nil, err
-	}
-	db.SetMaxOpenConns(1) // one writer; Go queues the others instead of SQLite busy-waiting
-	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS ledger (
-		key TEXT NOT NULL UNIQUE, message_id TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
-		db.Close()
-		return nil, err
-	}
-	ins, err := db.Prepare(`INSERT INTO ledger (key, message_id, applied_at) VALUES (?, ?, ?)`)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return &demoLedger{db: db, ins: ins}, nil
-}
-
-// apply records key's effect. A second application is counted (and not
-// returned as an error: the effect already happened, retrying cannot undo
-// it).
-func (l *demoLedger) apply(ctx context.Context, key, id string) error {
-	_, err := l.ins.ExecContext(ctx, key, id, time.Now().UnixNano())
-	if err != nil {
-		if strings.Contains(err.Error(), "UNIQUE constraint failed") {
-			l.twice.Add(1)
-			return nil
-		}
-		return err
-	}
-	l.applied.Add(1)
-	return nil
-}
-
-func (l *demoLedger) count(ctx context.Context) (int64, error) {
-	var n int64
-	err := l.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM ledger`).Scan(&n)
-	return n, err
-}
-
-func (l *demoLedger) keys(ctx context.Context) (map[string]bool, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT key FROM ledger`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, err
-		}
-		out[k] = true
-	}
-	return out, rows.Err()
-}
-
-func (l *demoLedger) close() {
-	l.ins.Close()
-	l.db.Close()
 }
