@@ -72,7 +72,7 @@ var _ Store = (*Memory)(nil)
 // (see Options.Validate): options are the caller's constants, so a bad
 // value is a programming error.
 func NewMemory(o Options) *Memory {
-	o, err := o.normalize()
+	o, err := o.Normalize()
 	if err != nil {
 		panic(err.Error())
 	}

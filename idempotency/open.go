@@ -3,20 +3,82 @@ package idempotency
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
 )
 
-// Open opens the store a URL names:
+// Opener opens a store from a URL whose scheme it was registered for. It
+// receives the whole URL and Options that Open has already validated.
+type Opener func(ctx context.Context, rawURL string, o Options) (Store, error)
+
+// registry maps a lower-case URL scheme to its Opener. Backend packages fill
+// it from their init functions, the way database/sql drivers register.
+var registry = struct {
+	sync.RWMutex
+	m map[string]Opener
+}{m: map[string]Opener{}}
+
+// backendPackages names the package to import for the schemes of the
+// backends in this module, for the error Open returns when none is
+// registered.
+var backendPackages = map[string]string{
+	"sqlite":     "github.com/acemq/msgaudit/idempotency/sqlitestore",
+	"redis":      "github.com/acemq/msgaudit/idempotency/redisstore",
+	"rediss":     "github.com/acemq/msgaudit/idempotency/redisstore",
+	"postgres":   "github.com/acemq/msgaudit/idempotency/pgstore",
+	"postgresql": "github.com/acemq/msgaudit/idempotency/pgstore",
+}
+
+// Register makes a backend available to Open for URLs with the given
+// scheme (matched case-insensitively). Backend packages call it from init;
+// a program chooses its backends by importing them, for example
 //
-//	memory                          NewMemory
-//	sqlite:PATH, sqlite://PATH      OpenSQLite(PATH); sqlite:///abs/x.db is /abs/x.db
-//	redis://…, rediss://…           NewRedisURL (see there for the URL form)
-//	postgres://…, postgresql://…    OpenPostgresURL (see there)
+//	import _ "github.com/acemq/msgaudit/idempotency/redisstore"
 //
-// The scheme is matched case-insensitively. Errors never contain a
-// password: URLs in them go through RedactURL. Invalid Options are
-// ErrOptions, an unknown scheme ErrUnsupportedURL, and a context that is
-// already done returns its error with nothing opened.
+// Register panics when scheme is empty or "memory", opener is nil, or the
+// scheme is already registered: all are programming errors found at start.
+func Register(scheme string, opener Opener) {
+	s := strings.ToLower(scheme)
+	if s == "" || s == "memory" || strings.ContainsAny(s, ":/") {
+		panic(fmt.Sprintf("idempotency: Register: invalid scheme %q", scheme))
+	}
+	if opener == nil {
+		panic("idempotency: Register: nil Opener for scheme " + s)
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if _, dup := registry.m[s]; dup {
+		panic("idempotency: Register called twice for scheme " + s)
+	}
+	registry.m[s] = opener
+}
+
+// Schemes returns the registered URL schemes, sorted, "memory" included.
+func Schemes() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	out := []string{"memory"}
+	for s := range registry.m {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Open opens the store a URL names. "memory" is NewMemory and always
+// available; every other scheme is served by the backend package that
+// registered it:
+//
+//	sqlite:PATH, sqlite://PATH      idempotency/sqlitestore
+//	redis://…, rediss://…           idempotency/redisstore
+//	postgres://…, postgresql://…    idempotency/pgstore
+//
+// The scheme is matched case-insensitively. A scheme no imported package
+// registered is ErrUnsupportedURL, and the error names the package to
+// import when it is one of the above. Errors never contain a password: URLs
+// in them go through RedactURL. Invalid Options are ErrOptions, and a
+// context that is already done returns its error with nothing opened.
 func Open(ctx context.Context, rawURL string, o Options) (Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -25,26 +87,48 @@ func Open(ctx context.Context, rawURL string, o Options) (Store, error) {
 		return nil, err
 	}
 	scheme, rest, _ := strings.Cut(rawURL, ":")
-	switch strings.ToLower(scheme) {
-	case "memory":
+	scheme = strings.ToLower(scheme)
+	if scheme == "memory" {
 		if rest != "" {
 			return nil, fmt.Errorf("%w: %q: memory takes no path", ErrUnsupportedURL, RedactURL(rawURL))
 		}
 		return NewMemory(o), nil
-	case "sqlite":
-		path := strings.TrimPrefix(rest, "//")
-		if path == "" {
-			return nil, fmt.Errorf("%w: %q: sqlite needs a file path", ErrUnsupportedURL, RedactURL(rawURL))
-		}
-		s, err := OpenSQLite(path, o)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	case "redis", "rediss":
-		return openRedisURL(ctx, rawURL, o)
-	case "postgres", "postgresql":
-		return openPostgresURL(ctx, rawURL, o)
 	}
-	return nil, fmt.Errorf("%w: %q (want memory, sqlite:PATH, redis://, rediss://, postgres:// or postgresql://)", ErrUnsupportedURL, RedactURL(rawURL))
+	opener, err := lookup(scheme, RedactURL(rawURL))
+	if err != nil {
+		return nil, err
+	}
+	return opener(ctx, rawURL, o)
+}
+
+// CheckScheme returns the error Open would return for rawURL's scheme when
+// no imported package serves it, and nil when one does (or for "memory").
+// The error names the scheme only, never the URL. It does no I/O and
+// checks nothing but the scheme, so a configuration can
+// name the missing import when it is built rather than when the store is
+// first opened.
+func CheckScheme(rawURL string) error {
+	scheme, _, _ := strings.Cut(rawURL, ":")
+	scheme = strings.ToLower(scheme)
+	if scheme == "memory" {
+		return nil
+	}
+	_, err := lookup(scheme, scheme+":…")
+	return err
+}
+
+// lookup returns the Opener registered for the lower-case scheme, or an
+// ErrUnsupportedURL naming the package to import. shown is how the error
+// names the URL: redacted, or the scheme alone.
+func lookup(scheme, shown string) (Opener, error) {
+	registry.RLock()
+	opener := registry.m[scheme]
+	registry.RUnlock()
+	if opener != nil {
+		return opener, nil
+	}
+	if pkg, ok := backendPackages[scheme]; ok {
+		return nil, fmt.Errorf("%w: no backend for %q; import _ %q", ErrUnsupportedURL, shown, pkg)
+	}
+	return nil, fmt.Errorf("%w: %q (want memory, sqlite:PATH, redis://, rediss://, postgres:// or postgresql://)", ErrUnsupportedURL, shown)
 }

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	_ "github.com/acemq/msgaudit/idempotency/pgstore"
+	_ "github.com/acemq/msgaudit/idempotency/redisstore"
+	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 )
 
 func TestOpen(t *testing.T) {
@@ -23,9 +26,9 @@ func TestOpen(t *testing.T) {
 	}{
 		{"memory", "*idempotency.Memory", nil},
 		{"MEMORY", "*idempotency.Memory", nil},
-		{"sqlite:" + filepath.Join(dir, "a.db"), "*idempotency.SQLite", nil},
-		{"sqlite://" + filepath.Join(dir, "b.db"), "*idempotency.SQLite", nil},
-		{"sqlite:" + filepath.Join(dir, "c.db") + "?_pragma=synchronous(NORMAL)", "*idempotency.SQLite", nil},
+		{"sqlite:" + filepath.Join(dir, "a.db"), "*sqlitestore.Store", nil},
+		{"sqlite://" + filepath.Join(dir, "b.db"), "*sqlitestore.Store", nil},
+		{"sqlite:" + filepath.Join(dir, "c.db") + "?_pragma=synchronous(NORMAL)", "*sqlitestore.Store", nil},
 		{"memory:/x", "", idempotency.ErrUnsupportedURL},
 		{"sqlite:", "", idempotency.ErrUnsupportedURL},
 		{"sqlite://", "", idempotency.ErrUnsupportedURL},
@@ -65,8 +68,8 @@ func typeName(s idempotency.Store) string {
 	switch s.(type) {
 	case *idempotency.Memory:
 		return "*idempotency.Memory"
-	case *idempotency.SQLite:
-		return "*idempotency.SQLite"
+	case *sqlitestore.Store:
+		return "*sqlitestore.Store"
 	}
 	return "other"
 }

@@ -84,8 +84,9 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// normalize validates o and fills in defaults.
-func (o Options) normalize() (Options, error) {
+// Normalize validates o and fills in defaults: Validate, then WithDefaults.
+// Backends call it in their constructors.
+func (o Options) Normalize() (Options, error) {
 	if err := o.Validate(); err != nil {
 		return o, err
 	}

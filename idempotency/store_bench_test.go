@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 )
 
 // benchPairs measures TryClaim + Confirm pairs, each on a new key (the
@@ -131,7 +132,7 @@ func BenchmarkSQLiteTryClaimConfirm(b *testing.B) {
 				if sync == "normal" {
 					path += "?_pragma=synchronous(NORMAL)"
 				}
-				s, err := idempotency.OpenSQLite(path, idempotency.Options{})
+				s, err := sqlitestore.Open(context.Background(), path, idempotency.Options{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -144,7 +145,7 @@ func BenchmarkSQLiteTryClaimConfirm(b *testing.B) {
 
 // BenchmarkSQLiteTryClaimDuplicate: TryClaim of a confirmed key (one read).
 func BenchmarkSQLiteTryClaimDuplicate(b *testing.B) {
-	s, err := idempotency.OpenSQLite(filepath.Join(b.TempDir(), "bench.db"), idempotency.Options{})
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), idempotency.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/receiver"
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -82,7 +83,7 @@ func TestSIGKILL(t *testing.T) {
 					// The claim the dead process left behind lapses; a clock
 					// past its lease stands for the wait, without sleeping.
 					later := idempotency.ClockFunc(func() time.Time { return time.Now().Add(time.Hour) })
-					st, err := idempotency.OpenSQLite(storePath, idempotency.Options{ClaimTTL: time.Minute, Clock: later})
+					st, err := sqlitestore.Open(context.Background(), storePath, idempotency.Options{ClaimTTL: time.Minute, Clock: later})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -204,7 +205,7 @@ func TestKillChild(t *testing.T) {
 		fail(fmt.Errorf("not killed within a minute"))
 	}
 	if mode == killStoreEffect {
-		st, err := idempotency.OpenSQLite(os.Getenv(envStore), idempotency.Options{ClaimTTL: time.Minute})
+		st, err := sqlitestore.Open(context.Background(), os.Getenv(envStore), idempotency.Options{ClaimTTL: time.Minute})
 		if err != nil {
 			fail(err)
 		}

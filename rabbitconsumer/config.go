@@ -150,7 +150,10 @@ type Config struct {
 	// surviving restarts). When nil and StoreURL is set, Run opens the
 	// store from StoreURL ("redis://…", "rediss://…" — Fency's default —
 	// or "postgres://…", "sqlite:PATH", "memory") and closes it when it
-	// returns. One of Store, StoreURL, MemoryOnly or Receiver is required;
+	// returns. The URL goes through idempotency.Open, so the program must
+	// import the backend it names (for redis://,
+	// _ "github.com/acemq/msgaudit/idempotency/redisstore"); New reports a
+	// scheme no imported package serves. One of Store, StoreURL, MemoryOnly or Receiver is required;
 	// a Store holding a nil pointer (as an unchecked idempotency.Open error
 	// leaves it) is an error from New.
 	Store    idempotency.Store
@@ -249,6 +252,11 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("%w: no Inbox, Store or StoreURL: set Inbox to a transactional inbox (package inbox) so that a message whose effect is in a database is never applied twice, a store to recognise finished work across restarts and consumers, or MemoryOnly: true to detect duplicates within this process only", ErrConfig)
 		case durable && c.MemoryOnly:
 			return c, fmt.Errorf("%w: MemoryOnly set together with a store or inbox (Store, StoreURL or Inbox)", ErrConfig)
+		}
+		if c.Store == nil && c.StoreURL != "" {
+			if err := idempotency.CheckScheme(c.StoreURL); err != nil {
+				return c, fmt.Errorf("%w: StoreURL: %w", ErrConfig, err)
+			}
 		}
 	}
 	if c.Prefetch <= 0 {

@@ -247,7 +247,8 @@ func (c *Consumer) buildReceiver(ctx context.Context) (*receiver.Receiver, func(
 	return r, closeStore, nil
 }
 
-// openStore opens an idempotency store from a URL with idempotency.Open:
+// openStore opens an idempotency store from a URL with idempotency.Open
+// (whose backend the program imports):
 // redis:// and rediss:// (Fency's default), postgres://, sqlite:PATH or
 // memory.
 func openStore(ctx context.Context, rawURL string) (idempotency.Store, error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/receiver"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -61,7 +62,7 @@ func TestExactlyOnce(t *testing.T) {
 	q := b.queue("msgaudit-eo-")
 	prefix := randomName(t, "msgaudit:test:") + ":"
 	t.Cleanup(func() { deletePrefix(t, rc, prefix) })
-	store, err := idempotency.NewRedis(rc, prefix, idempotency.Options{ClaimTTL: time.Minute})
+	store, err := redisstore.New(rc, prefix, idempotency.Options{ClaimTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

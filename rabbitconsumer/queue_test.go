@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 	"github.com/acemq/msgaudit/receiver"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -18,7 +19,7 @@ import (
 // (MemoryOnly), never the silent meaning of a nil Store.
 func TestStoreChoice(t *testing.T) {
 	t.Parallel()
-	var nilSQLite *idempotency.SQLite
+	var nilSQLite *sqlitestore.Store
 	var nilStore idempotency.Store // what `store, _ := idempotency.Open(…)` leaves on an error
 	mem := idempotency.NewMemory(idempotency.Options{})
 	defer mem.Close()
@@ -32,8 +33,8 @@ func TestStoreChoice(t *testing.T) {
 		want string // "" = valid
 	}{
 		{"nothing chosen", Config{Store: nilStore}, "no Inbox, Store or StoreURL"},
-		{"typed-nil store", Config{Store: nilSQLite}, "Store is a nil *idempotency.SQLite"},
-		{"typed-nil store and MemoryOnly", Config{Store: nilSQLite, MemoryOnly: true}, "Store is a nil *idempotency.SQLite"},
+		{"typed-nil store", Config{Store: nilSQLite}, "Store is a nil *sqlitestore.Store"},
+		{"typed-nil store and MemoryOnly", Config{Store: nilSQLite, MemoryOnly: true}, "Store is a nil *sqlitestore.Store"},
 		{"store and MemoryOnly", Config{Store: mem, MemoryOnly: true}, "MemoryOnly set together with a store"},
 		{"store URL and MemoryOnly", Config{StoreURL: "memory", MemoryOnly: true}, "MemoryOnly set together with a store"},
 		{"store", Config{Store: mem}, ""},

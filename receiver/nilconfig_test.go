@@ -8,6 +8,7 @@ import (
 
 	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 	"github.com/acemq/msgaudit/metadata"
 	"github.com/acemq/msgaudit/receiver"
 )
@@ -18,7 +19,7 @@ import (
 // first message.
 func TestNilDependenciesFailAtConstruction(t *testing.T) {
 	t.Parallel()
-	var nilSQLite *idempotency.SQLite      // idempotency.Open's concrete types, nil
+	var nilSQLite *sqlitestore.Store       // idempotency.Open's concrete types, nil
 	var nilMeta *receiver.MetadataSelector // what `sel, _ := NewMetadataSelector(nil, …)` leaves
 	var nilMemStore *metadata.Memory
 	var nilAudit *connaudit.Audit
@@ -27,7 +28,7 @@ func TestNilDependenciesFailAtConstruction(t *testing.T) {
 		cfg  receiver.Config
 		want string // in the error
 	}{
-		{"typed-nil store", receiver.Config{Store: nilSQLite}, "Store is a nil *idempotency.SQLite"},
+		{"typed-nil store", receiver.Config{Store: nilSQLite}, "Store is a nil *sqlitestore.Store"},
 		{"nil selector", receiver.Config{Selectors: []receiver.Selector{nil}}, "selector 0 is nil"},
 		{"typed-nil selector", receiver.Config{Selectors: []receiver.Selector{nilMeta}}, "selector 0 is nil (*receiver.MetadataSelector"},
 		{"second selector nil", receiver.Config{Selectors: []receiver.Selector{receiver.SelectorFunc{Label: "a",
@@ -82,7 +83,7 @@ func TestNilDependenciesFailAtConstruction(t *testing.T) {
 // NewWrap naming the option, and a panic from Wrap; both at construction.
 func TestWrapOptionErrors(t *testing.T) {
 	t.Parallel()
-	var nilSQLite *idempotency.SQLite
+	var nilSQLite *sqlitestore.Store
 	var nilStore idempotency.Store // what `store, _ := idempotency.Open(…)` leaves on an error
 	var nilMeta *receiver.MetadataSelector
 	for _, tt := range []struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -16,8 +17,8 @@ import (
 // (MemoryOnly), never the silent meaning of a nil Store.
 func TestStoreChoice(t *testing.T) {
 	t.Parallel()
-	var nilSQLite *idempotency.SQLite // what an unchecked Open error can leave in a variable
-	var nilStore idempotency.Store    // what `store, _ := idempotency.Open(…)` leaves on an error
+	var nilSQLite *sqlitestore.Store // what an unchecked Open error can leave in a variable
+	var nilStore idempotency.Store   // what `store, _ := idempotency.Open(…)` leaves on an error
 	rcv, err := receiver.New(receiver.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -32,8 +33,8 @@ func TestStoreChoice(t *testing.T) {
 		want       string // "" = New succeeds
 	}{
 		{"nil store, no choice", nilStore, false, nil, "no Store or Inbox"},
-		{"typed-nil store", nilSQLite, false, nil, "Store is a nil *idempotency.SQLite"},
-		{"typed-nil store and MemoryOnly", nilSQLite, true, nil, "Store is a nil *idempotency.SQLite"},
+		{"typed-nil store", nilSQLite, false, nil, "Store is a nil *sqlitestore.Store"},
+		{"typed-nil store and MemoryOnly", nilSQLite, true, nil, "Store is a nil *sqlitestore.Store"},
 		{"store and MemoryOnly", mem, true, nil, "both Store and MemoryOnly"},
 		{"store", mem, false, nil, ""},
 		{"MemoryOnly", nil, true, nil, ""},

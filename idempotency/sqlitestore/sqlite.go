@@ -1,4 +1,4 @@
-package idempotency
+package sqlitestore
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
+
+	"github.com/acemq/msgaudit/idempotency"
 )
 
 // SQLiteTable is the table an SQLite store keeps its keys in.
@@ -63,7 +65,7 @@ var sqliteDefaults = []struct{ name, param string }{
 	{"_txlock", "_txlock=immediate"},
 }
 
-// SQLite is the embedded durable Store: one file, written through
+// Store is the embedded durable idempotency.Store: one file, written through
 // modernc.org/sqlite (pure Go, no cgo) in WAL mode, that survives a restart
 // of the process. Several processes may share the file; SQLite's locking
 // and a 5 s busy timeout serialise their writers.
@@ -91,24 +93,27 @@ var sqliteDefaults = []struct{ name, param string }{
 // faster commits (a crash of the machine, not of the process, may then
 // forget the last confirmations and run that work again).
 //
-// An SQLite is safe for concurrent use.
-type SQLite struct {
+// A Store is safe for concurrent use.
+type Store struct {
 	db     *sql.DB
-	o      Options
+	o      idempotency.Options
 	closed atomic.Bool
 
 	claimIfFree, stateOf, confirm, release, renew, isConfirmed, purge *sql.Stmt
 }
 
-var _ Store = (*SQLite)(nil)
+var _ idempotency.Store = (*Store)(nil)
 
-// OpenSQLite opens (creating if needed) the store in the SQLite file at
+// Open opens (creating if needed) the store in the SQLite file at
 // path and creates its table. path may end in a query string of
 // modernc.org/sqlite DSN parameters ("x.db?_pragma=synchronous(NORMAL)");
 // a pragma given there replaces the store's default for it. The store
 // owns the database handle: Close closes it.
-func OpenSQLite(path string, o Options) (*SQLite, error) {
-	o, err := o.normalize()
+func Open(ctx context.Context, path string, o idempotency.Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o, err := o.Normalize()
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +138,7 @@ func OpenSQLite(path string, o Options) (*SQLite, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	s := &SQLite{db: db, o: o}
+	s := &Store{db: db, o: o}
 	if err := s.init(); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("idempotency: sqlite %s: %w", file, err)
@@ -141,7 +146,7 @@ func OpenSQLite(path string, o Options) (*SQLite, error) {
 	return s, nil
 }
 
-func (s *SQLite) init() error {
+func (s *Store) init() error {
 	ctx := context.Background()
 	if _, err := s.db.ExecContext(ctx, sqliteSchema); err != nil {
 		return err
@@ -169,12 +174,12 @@ func (s *SQLite) init() error {
 
 // begin returns ctx's error, ErrClosed or the key's error, checked before
 // any I/O, so a cancelled context changes nothing.
-func (s *SQLite) begin(ctx context.Context, k Key) error {
+func (s *Store) begin(ctx context.Context, k idempotency.Key) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if s.closed.Load() {
-		return ErrClosed
+		return idempotency.ErrClosed
 	}
 	return k.Validate()
 }
@@ -182,38 +187,38 @@ func (s *SQLite) begin(ctx context.Context, k Key) error {
 // fail turns a driver error into the error returned: ctx's error when the
 // context ended (the statement was interrupted and rolled back), ErrClosed
 // after Close, otherwise the error wrapped with the operation's name.
-func (s *SQLite) fail(ctx context.Context, op string, err error) error {
+func (s *Store) fail(ctx context.Context, op string, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return ctxErr
 	}
 	if s.closed.Load() || errors.Is(err, sql.ErrConnDone) {
-		return ErrClosed
+		return idempotency.ErrClosed
 	}
 	return fmt.Errorf("idempotency: sqlite %s: %w", op, err)
 }
 
 // TryClaim claims key if it is free, in one transaction; otherwise it reports
 // AlreadyConfirmed or InProgress.
-func (s *SQLite) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) {
+func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
 	if err := s.begin(ctx, key); err != nil {
-		return 0, Claim{}, err
+		return 0, idempotency.Claim{}, err
 	}
 	now := s.o.Clock.Now()
 	nowN := now.UnixNano()
-	tok := NewToken()
+	tok := idempotency.NewToken()
 	sk := key.StorageKey(s.o.MaxKeyLength)
 	// Fast path: a live row answers without a transaction. The answer is
 	// as fresh as any (it describes the key at the moment of the read).
 	var state string
 	switch err := s.stateOf.QueryRowContext(ctx, sk, nowN).Scan(&state); {
 	case err == nil:
-		return stateOutcome(state), Claim{}, nil
+		return stateOutcome(state), idempotency.Claim{}, nil
 	case !errors.Is(err, sql.ErrNoRows):
-		return 0, Claim{}, s.fail(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, s.fail(ctx, "try-claim", err)
 	}
 	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
 	if err != nil {
-		return 0, Claim{}, s.fail(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, s.fail(ctx, "try-claim", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	var owner string
@@ -221,48 +226,48 @@ func (s *SQLite) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) 
 	switch {
 	case err == nil && owner == tok:
 		if err := tx.Commit(); err != nil {
-			return 0, Claim{}, s.fail(ctx, "try-claim", err)
+			return 0, idempotency.Claim{}, s.fail(ctx, "try-claim", err)
 		}
-		return Claimed, Claim{Key: key, Token: tok, Expires: now.Add(s.o.ClaimTTL)}, nil
+		return idempotency.Claimed, idempotency.Claim{Key: key, Token: tok, Expires: now.Add(s.o.ClaimTTL)}, nil
 	case err == nil:
-		return 0, Claim{}, fmt.Errorf("idempotency: sqlite try-claim: upsert returned owner %q, not the new token", owner)
+		return 0, idempotency.Claim{}, fmt.Errorf("idempotency: sqlite try-claim: upsert returned owner %q, not the new token", owner)
 	case !errors.Is(err, sql.ErrNoRows):
-		return 0, Claim{}, s.fail(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, s.fail(ctx, "try-claim", err)
 	}
 	if err := tx.StmtContext(ctx, s.stateOf).QueryRowContext(ctx, sk, nowN).Scan(&state); err != nil {
 		// ErrNoRows cannot happen: the row exists and is live, or the
 		// upsert would have taken it, and the write lock is held.
-		return 0, Claim{}, s.fail(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, s.fail(ctx, "try-claim", err)
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, Claim{}, s.fail(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, s.fail(ctx, "try-claim", err)
 	}
-	return stateOutcome(state), Claim{}, nil
+	return stateOutcome(state), idempotency.Claim{}, nil
 }
 
 // stateOutcome is TryClaim's answer for a live row in state.
-func stateOutcome(state string) Outcome {
+func stateOutcome(state string) idempotency.Outcome {
 	if state == "confirmed" {
-		return AlreadyConfirmed
+		return idempotency.AlreadyConfirmed
 	}
-	return InProgress
+	return idempotency.InProgress
 }
 
 // Claim takes a lease on key; ok is false when the key is claimed by
 // someone else or confirmed.
-func (s *SQLite) Claim(ctx context.Context, key Key) (Claim, bool, error) {
+func (s *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
 	o, c, err := s.TryClaim(ctx, key)
-	return c, o == Claimed, err
+	return c, o == idempotency.Claimed, err
 }
 
 // update runs one conditional statement on a held claim and maps "no row
 // changed" to ErrClaimLost.
-func (s *SQLite) update(ctx context.Context, op string, st *sql.Stmt, c Claim, nowN, expires int64) error {
+func (s *Store) update(ctx context.Context, op string, st *sql.Stmt, c idempotency.Claim, nowN, expires int64) error {
 	if err := s.begin(ctx, c.Key); err != nil {
 		return err
 	}
 	if c.Token == "" {
-		return ErrClaimLost
+		return idempotency.ErrClaimLost
 	}
 	args := []any{c.Key.StorageKey(s.o.MaxKeyLength), c.Token, nowN}
 	if st != s.release {
@@ -277,7 +282,7 @@ func (s *SQLite) update(ctx context.Context, op string, st *sql.Stmt, c Claim, n
 		return s.fail(ctx, op, err)
 	}
 	if n == 0 {
-		return ErrClaimLost
+		return idempotency.ErrClaimLost
 	}
 	return nil
 }
@@ -285,32 +290,32 @@ func (s *SQLite) update(ctx context.Context, op string, st *sql.Stmt, c Claim, n
 // Confirm marks the work finished and remembers it for the retention
 // period. It returns ErrClaimLost, changing nothing, unless c is a live
 // claim on its key.
-func (s *SQLite) Confirm(ctx context.Context, c Claim) error {
+func (s *Store) Confirm(ctx context.Context, c idempotency.Claim) error {
 	nowN := s.o.Clock.Now().UnixNano()
 	return s.update(ctx, "confirm", s.confirm, c, nowN, addNanos(nowN, s.o.Retention))
 }
 
 // Release deletes the claim so the next delivery can claim the key. It
 // returns ErrClaimLost, changing nothing, unless c is a live claim.
-func (s *SQLite) Release(ctx context.Context, c Claim) error {
+func (s *Store) Release(ctx context.Context, c idempotency.Claim) error {
 	return s.update(ctx, "release", s.release, c, s.o.Clock.Now().UnixNano(), 0)
 }
 
 // Renew extends a live claim to now plus the claim TTL and returns the
 // renewed claim. It returns ErrClaimLost, changing nothing, unless c is a
 // live claim.
-func (s *SQLite) Renew(ctx context.Context, c Claim) (Claim, error) {
+func (s *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Claim, error) {
 	now := s.o.Clock.Now()
 	nowN := now.UnixNano()
 	if err := s.update(ctx, "renew", s.renew, c, nowN, addNanos(nowN, s.o.ClaimTTL)); err != nil {
-		return Claim{}, err
+		return idempotency.Claim{}, err
 	}
 	c.Expires = now.Add(s.o.ClaimTTL)
 	return c, nil
 }
 
 // IsConfirmed reports whether key is confirmed and still retained.
-func (s *SQLite) IsConfirmed(ctx context.Context, key Key) (bool, error) {
+func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, error) {
 	if err := s.begin(ctx, key); err != nil {
 		return false, err
 	}
@@ -328,8 +333,8 @@ func (s *SQLite) IsConfirmed(ctx context.Context, key Key) (bool, error) {
 // a long purge instead of waiting behind one big delete. It returns how
 // many rows it deleted; on error or cancellation, the batches already
 // deleted stay deleted.
-func (s *SQLite) Purge(ctx context.Context, batch int) (int64, error) {
-	if err := s.begin(ctx, Key{ID: "-"}); err != nil {
+func (s *Store) Purge(ctx context.Context, batch int) (int64, error) {
+	if err := s.begin(ctx, idempotency.Key{ID: "-"}); err != nil {
 		return 0, err
 	}
 	if batch <= 0 {
@@ -358,7 +363,7 @@ func (s *SQLite) Purge(ctx context.Context, batch int) (int64, error) {
 
 // Close closes the database; later calls return ErrClosed. Close is
 // idempotent.
-func (s *SQLite) Close() error {
+func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}

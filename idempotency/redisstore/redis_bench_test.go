@@ -1,4 +1,4 @@
-package idempotency_test
+package redisstore_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package idempotency_test
+package redisstore_test
 
 import (
 	"bufio"
@@ -31,6 +31,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/pgstore"
+	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
 	"github.com/acemq/msgaudit/internal/testenv"
 )
@@ -95,10 +97,10 @@ func redisDeletePrefix(t testing.TB, client redis.UniversalClient, prefix string
 }
 
 // newRedisTestStore returns a store on its own prefix of the test server.
-func newRedisTestStore(t testing.TB, o idempotency.Options) (*idempotency.Redis, *redis.Client, string) {
+func newRedisTestStore(t testing.TB, o idempotency.Options) (*redisstore.Store, *redis.Client, string) {
 	t.Helper()
 	client, prefix := redisTestClient(t)
-	s, err := idempotency.NewRedis(client, prefix, o)
+	s, err := redisstore.New(client, prefix, o)
 	if err != nil {
 		t.Fatalf("NewRedis: %v", err)
 	}
@@ -144,7 +146,7 @@ func (c *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // store opened by URL on the same prefix.
 func TestRedisConformance(t *testing.T) {
 	raw := redisTestURL(t)
-	var prefixes sync.Map // *idempotency.Redis → its prefix
+	var prefixes sync.Map // *redisstore.Store → its prefix
 	storetest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
 		s, _, prefix := newRedisTestStore(t, o)
 		prefixes.Store(s, prefix)
@@ -156,7 +158,7 @@ func TestRedisConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := idempotency.NewRedisURL(context.Background(), withQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
+			s, err := redisstore.Open(context.Background(), withQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -165,7 +167,7 @@ func TestRedisConformance(t *testing.T) {
 		Unreachable: func(t *testing.T, o idempotency.Options) idempotency.Store {
 			client := redis.NewClient(&redis.Options{Addr: remoteClosedAddr(t), MaxRetries: -1, DialerRetries: 1})
 			t.Cleanup(func() { _ = client.Close() })
-			s, err := idempotency.NewRedis(client, "p:", o)
+			s, err := redisstore.New(client, "p:", o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -323,7 +325,7 @@ func TestRedisOwnershipOfClient(t *testing.T) {
 		t.Errorf("TryClaim after Close: %v, want ErrClosed", err)
 	}
 
-	owned, err := idempotency.NewRedisURL(ctx, redisTestURL(t), idempotency.Options{}, nil)
+	owned, err := redisstore.Open(ctx, redisTestURL(t), idempotency.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +348,7 @@ func TestRedisURLPrefix(t *testing.T) {
 	if strings.Contains(raw, "?") {
 		sep = "&"
 	}
-	s, err := idempotency.NewRedisURL(ctx, raw+sep+"msgaudit_prefix="+prefix, idempotency.Options{}, nil)
+	s, err := redisstore.Open(ctx, raw+sep+"msgaudit_prefix="+prefix, idempotency.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +371,7 @@ func TestRedisUnreachable(t *testing.T) {
 	addr := remoteClosedAddr(t)
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
 	defer client.Close()
-	s, err := idempotency.NewRedis(client, "p:", idempotency.Options{})
+	s, err := redisstore.New(client, "p:", idempotency.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +395,7 @@ func TestRedisUnreachable(t *testing.T) {
 	if _, err := s.Renew(ctx, c); err == nil || errors.Is(err, idempotency.ErrClaimLost) {
 		t.Errorf("Renew on a closed port = %v, want a connection error", err)
 	}
-	if _, err := idempotency.NewRedisURL(ctx, "redis://"+addr+"/0?max_retries=-1", idempotency.Options{}, nil); err == nil {
+	if _, err := redisstore.Open(ctx, "redis://"+addr+"/0?max_retries=-1", idempotency.Options{}, nil); err == nil {
 		t.Error("NewRedisURL on a closed port: nil error")
 	}
 }
@@ -416,7 +418,7 @@ func TestRedisRedaction(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run("case="+tc.name, func(t *testing.T) {
-			_, err := idempotency.NewRedisURL(ctx, tc.url, idempotency.Options{}, nil)
+			_, err := redisstore.Open(ctx, tc.url, idempotency.Options{}, nil)
 			if err == nil {
 				t.Fatal("nil error")
 			}
@@ -548,7 +550,7 @@ func TestRedisRequirePass(t *testing.T) {
 	}
 	for _, tc := range bad {
 		t.Run("case="+tc.name, func(t *testing.T) {
-			_, err := idempotency.NewRedisURL(ctx, tc.url, idempotency.Options{}, nil)
+			_, err := redisstore.Open(ctx, tc.url, idempotency.Options{}, nil)
 			if err == nil {
 				t.Fatal("open succeeded")
 			}
@@ -699,7 +701,7 @@ func TestRedisTLS(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run("case="+tc.name, func(t *testing.T) {
-			s, err := idempotency.NewRedisURL(ctx, tc.url, idempotency.Options{}, tc.cfg)
+			s, err := redisstore.Open(ctx, tc.url, idempotency.Options{}, tc.cfg)
 			if tc.want != "" {
 				if err == nil {
 					_ = s.Close()
@@ -736,11 +738,11 @@ func TestRedisTLS(t *testing.T) {
 
 // A store on a client the application already has; the application keeps
 // owning the client. (Compile-only: it needs a Redis server.)
-func ExampleNewRedis() {
+func ExampleNew() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	store, err := idempotency.NewRedis(client, "orders:idempotency:", idempotency.Options{ClaimTTL: time.Minute})
+	store, err := redisstore.New(client, "orders:idempotency:", idempotency.Options{ClaimTTL: time.Minute})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -763,10 +765,10 @@ func ExampleNewRedis() {
 
 // A store opened by URL owns its connection; TLS with a private CA comes
 // as a tls.Config. (Compile-only: it needs a Redis server.)
-func ExampleNewRedisURL() {
+func ExampleOpen() {
 	ctx := context.Background()
 	roots := x509.NewCertPool() // add the CA that signed the server's certificate
-	store, err := idempotency.NewRedisURL(ctx,
+	store, err := redisstore.Open(ctx,
 		"rediss://consumer:secret@redis.internal:6380/0?msgaudit_prefix=orders:",
 		idempotency.Options{}, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
 	if err != nil {
@@ -827,7 +829,7 @@ func TestRedisHungServer(t *testing.T) {
 	addr := silentServer(t)
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := idempotency.NewRedis(client, "p:", idempotency.Options{})
+	s, err := redisstore.New(client, "p:", idempotency.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -841,7 +843,7 @@ func TestRedisHungServer(t *testing.T) {
 		"Release":     func(ctx context.Context) error { return s.Release(ctx, c) },
 		"Renew":       func(ctx context.Context) error { _, err := s.Renew(ctx, c); return err },
 		"NewRedisURL": func(ctx context.Context) error {
-			_, err := idempotency.NewRedisURL(ctx, "redis://:pw@"+addr+"/0?max_retries=-1", idempotency.Options{}, nil)
+			_, err := redisstore.Open(ctx, "redis://:pw@"+addr+"/0?max_retries=-1", idempotency.Options{}, nil)
 			return err
 		},
 	}
@@ -884,9 +886,9 @@ func TestRedactionProperty(t *testing.T) {
 		for _, u := range urls {
 			var err error
 			if strings.HasPrefix(u, "redis") {
-				_, err = idempotency.NewRedisURL(ctx, u, idempotency.Options{}, nil)
+				_, err = redisstore.Open(ctx, u, idempotency.Options{}, nil)
 			} else {
-				_, err = idempotency.OpenPostgresURL(ctx, u, idempotency.Options{})
+				_, err = pgstore.Open(ctx, u, idempotency.Options{})
 			}
 			if err == nil {
 				rt.Fatalf("open %q succeeded", u)

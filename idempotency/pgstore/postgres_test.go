@@ -1,4 +1,4 @@
-package idempotency_test
+package pgstore_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/pgstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
 	"github.com/acemq/msgaudit/internal/testenv"
 )
@@ -88,11 +89,11 @@ func postgresTestPool(t testing.TB, tracer pgx.QueryTracer, maxConns int32) (*pg
 }
 
 // newPostgresTestStore returns a migrated store on its own table.
-func newPostgresTestStore(t testing.TB, o idempotency.Options, tracer pgx.QueryTracer, maxConns int32) (*idempotency.Postgres, *pgxpool.Pool, string) {
+func newPostgresTestStore(t testing.TB, o idempotency.Options, tracer pgx.QueryTracer, maxConns int32) (*pgstore.Store, *pgxpool.Pool, string) {
 	t.Helper()
 	ctx := context.Background()
 	pool, table := postgresTestPool(t, tracer, maxConns)
-	p, err := idempotency.OpenPostgres(ctx, pool, table, o)
+	p, err := pgstore.New(ctx, pool, table, o)
 	if err != nil {
 		t.Fatalf("OpenPostgres: %v", err)
 	}
@@ -108,7 +109,7 @@ func newPostgresTestStore(t testing.TB, o idempotency.Options, tracer pgx.QueryT
 // and store opened by URL on the same table.
 func TestPostgresConformance(t *testing.T) {
 	raw := postgresTestURL(t)
-	var tables sync.Map // *idempotency.Postgres → its table
+	var tables sync.Map // *pgstore.Store → its table
 	storetest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
 		s, _, table := newPostgresTestStore(t, o, nil, 8)
 		tables.Store(s, table)
@@ -120,7 +121,7 @@ func TestPostgresConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := idempotency.OpenPostgresURL(context.Background(), withQuery(raw, "msgaudit_table="+table.(string)), o)
+			s, err := pgstore.Open(context.Background(), withQuery(raw, "msgaudit_table="+table.(string)), o)
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -132,7 +133,7 @@ func TestPostgresConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
-			s, err := idempotency.OpenPostgres(context.Background(), pool, "t", o)
+			s, err := pgstore.New(context.Background(), pool, "t", o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +174,7 @@ func TestPostgresTableNames(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run("table="+tc.table, func(t *testing.T) {
-			_, err := idempotency.OpenPostgres(context.Background(), pool, tc.table, idempotency.Options{})
+			_, err := pgstore.New(context.Background(), pool, tc.table, idempotency.Options{})
 			if (err == nil) != tc.ok {
 				t.Errorf("OpenPostgres(%q) error = %v, want ok=%v", tc.table, err, tc.ok)
 			}
@@ -192,7 +193,7 @@ func TestPostgresMigrateIdempotent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, err := idempotency.OpenPostgres(ctx, pool, table, idempotency.Options{})
+			p, err := pgstore.New(ctx, pool, table, idempotency.Options{})
 			if err == nil {
 				err = p.Migrate(ctx)
 			}
@@ -206,7 +207,7 @@ func TestPostgresMigrateIdempotent(t *testing.T) {
 			t.Errorf("concurrent Migrate: %v", err)
 		}
 	}
-	p, err := idempotency.OpenPostgres(ctx, pool, table, idempotency.Options{})
+	p, err := pgstore.New(ctx, pool, table, idempotency.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +462,7 @@ func TestPostgresPurgeExpiredByStore(t *testing.T) {
 	// Two stores on one table: lapsing claims, and long claims confirmed
 	// with a short retention.
 	lapsing, pool, table := newPostgresTestStore(t, idempotency.Options{ClaimTTL: 10 * time.Millisecond}, nil, 0)
-	forgetting, err := idempotency.OpenPostgres(ctx, pool, table, idempotency.Options{ClaimTTL: time.Hour, Retention: 10 * time.Millisecond})
+	forgetting, err := pgstore.New(ctx, pool, table, idempotency.Options{ClaimTTL: time.Hour, Retention: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +500,7 @@ func TestPostgresURL(t *testing.T) {
 	if strings.Contains(raw, "?") {
 		sep = "&"
 	}
-	s, err := idempotency.OpenPostgresURL(ctx, raw+sep+"msgaudit_table="+table, idempotency.Options{})
+	s, err := pgstore.Open(ctx, raw+sep+"msgaudit_table="+table, idempotency.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +541,7 @@ func TestPostgresURL(t *testing.T) {
 	}
 	_ = s2.Close()
 
-	if _, err := idempotency.OpenPostgresURL(ctx, raw+sep+"msgaudit_table=bad-name", idempotency.Options{}); err == nil {
+	if _, err := pgstore.Open(ctx, raw+sep+"msgaudit_table=bad-name", idempotency.Options{}); err == nil {
 		t.Error("OpenPostgresURL with an invalid table name: nil error")
 	}
 }
@@ -557,7 +558,7 @@ func TestPostgresUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	p, err := idempotency.OpenPostgres(ctx, pool, "t", idempotency.Options{})
+	p, err := pgstore.New(ctx, pool, "t", idempotency.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,7 +615,7 @@ func TestPostgresRedaction(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run("case="+tc.name, func(t *testing.T) {
-			_, err := idempotency.OpenPostgresURL(ctx, tc.url, idempotency.Options{})
+			_, err := pgstore.Open(ctx, tc.url, idempotency.Options{})
 			if err == nil {
 				t.Fatal("nil error")
 			}
@@ -690,7 +691,7 @@ func TestPostgresTLS(t *testing.T) {
 		c.RawQuery = v.Encode()
 		return c.String()
 	}
-	s, err := idempotency.OpenPostgresURL(ctx, with("verify-ca", certFile), idempotency.Options{})
+	s, err := pgstore.Open(ctx, with("verify-ca", certFile), idempotency.Options{})
 	if err != nil {
 		t.Fatalf("verify-ca with the server's certificate as root: %v", err)
 	}
@@ -701,7 +702,7 @@ func TestPostgresTLS(t *testing.T) {
 	_ = s.Close()
 
 	other := newTestPKI(t)
-	_, err = idempotency.OpenPostgresURL(ctx, with("verify-ca", other.caFile), idempotency.Options{})
+	_, err = pgstore.Open(ctx, with("verify-ca", other.caFile), idempotency.Options{})
 	if err == nil {
 		t.Fatal("verify-ca with a foreign CA succeeded")
 	}
@@ -713,7 +714,7 @@ func TestPostgresTLS(t *testing.T) {
 
 // A store on the application's pool: migrate once at start-up, purge
 // expired rows now and then. (Compile-only: it needs a PostgreSQL server.)
-func ExampleOpenPostgres() {
+func ExampleNew() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://app@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem")
 	if err != nil {
@@ -721,7 +722,7 @@ func ExampleOpenPostgres() {
 		return
 	}
 	defer pool.Close()
-	store, err := idempotency.OpenPostgres(ctx, pool, "msgaudit_idempotency", idempotency.Options{})
+	store, err := pgstore.New(ctx, pool, "msgaudit_idempotency", idempotency.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -748,7 +749,7 @@ func TestPostgresHungServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	p, err := idempotency.OpenPostgres(context.Background(), pool, "t", idempotency.Options{})
+	p, err := pgstore.New(context.Background(), pool, "t", idempotency.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -764,7 +765,7 @@ func TestPostgresHungServer(t *testing.T) {
 		"Purge":       func(ctx context.Context) error { _, err := p.Purge(ctx, 10); return err },
 		"Migrate":     func(ctx context.Context) error { return p.Migrate(ctx) },
 		"OpenPostgresURL": func(ctx context.Context) error {
-			_, err := idempotency.OpenPostgresURL(ctx, "postgres://postgres:pw@"+addr+"/test?sslmode=disable", idempotency.Options{})
+			_, err := pgstore.Open(ctx, "postgres://postgres:pw@"+addr+"/test?sslmode=disable", idempotency.Options{})
 			return err
 		},
 	}

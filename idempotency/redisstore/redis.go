@@ -1,4 +1,4 @@
-package idempotency
+package redisstore
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/acemq/msgaudit/internal/redact"
+
+	"github.com/acemq/msgaudit/idempotency"
 )
 
 // Values stored under a Redis key. A claim is "h:" followed by the owner
@@ -90,7 +92,7 @@ end
 return 0
 `)
 
-// Redis is a Store on a Redis server (or cluster) through go-redis v9. Every
+// Store is an idempotency.Store on a Redis server (or cluster) through go-redis v9. Every
 // key is one Redis string: "h:<owner token>" while claimed, "c" once
 // confirmed. The server keeps time: a claim is written with PX claim TTL and
 // a confirmation with PX retention, so Redis forgets both by itself and the
@@ -105,35 +107,35 @@ return 0
 // a second round trip for EVAL), Claim is one SET NX PX and IsConfirmed one
 // GET.
 //
-// A Redis is safe for concurrent use. It owns its client only when it was
+// A Store is safe for concurrent use. It owns its client only when it was
 // opened by URL (NewRedisURL, Open); a store made with NewRedis leaves the
 // client to its caller, and Close does not close it.
-type Redis struct {
+type Store struct {
 	client     redis.UniversalClient
 	prefix     string
-	o          Options
+	o          idempotency.Options
 	claimMS    int64
 	retainMS   int64
 	ownsClient bool
 	closed     atomic.Bool
 }
 
-// NewRedis returns a store that keeps its keys under prefix (for example
+// New returns a store that keeps its keys under prefix (for example
 // "orders:idempotency:") in client. The caller keeps ownership of client:
 // Close leaves it open. NewRedis does no I/O; the first operation reports a
 // server that cannot be reached. Every operation checks its context before
 // sending; a context deadline also bounds a command in flight only when the
 // client was made with ContextTimeoutEnabled (otherwise its read and write
 // timeouts do).
-func NewRedis(client redis.UniversalClient, prefix string, o Options) (*Redis, error) {
+func New(client redis.UniversalClient, prefix string, o idempotency.Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("idempotency: NewRedis: nil client")
 	}
-	o, err := o.normalize()
+	o, err := o.Normalize()
 	if err != nil {
 		return nil, err
 	}
-	return &Redis{
+	return &Store{
 		client:   client,
 		prefix:   prefix,
 		o:        o,
@@ -142,7 +144,7 @@ func NewRedis(client redis.UniversalClient, prefix string, o Options) (*Redis, e
 	}, nil
 }
 
-// NewRedisURL connects to the Redis server named by rawURL and pings it once.
+// Open connects to the Redis server named by rawURL and pings it once.
 // The URL is what go-redis's ParseURL accepts: redis://[user][:password]@host:port/db
 // (user is an ACL user), rediss:// for TLS with the system roots, unix://, plus
 // go-redis options as query parameters (dial_timeout, pool_size, ...). The
@@ -156,11 +158,11 @@ func NewRedis(client redis.UniversalClient, prefix string, o Options) (*Redis, e
 // ContextTimeoutEnabled), and the store owns it: Close closes it. Errors
 // name the URL with its password redacted; the password never appears in
 // them.
-func NewRedisURL(ctx context.Context, rawURL string, o Options, tlsConfig *tls.Config) (*Redis, error) {
+func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *tls.Config) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	red := RedactURL(rawURL)
+	red := idempotency.RedactURL(rawURL)
 	clean, prefix, err := splitRedisURL(rawURL)
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: redis URL %s: %w", red, err), rawURL)
@@ -189,7 +191,7 @@ func NewRedisURL(ctx context.Context, rawURL string, o Options, tlsConfig *tls.C
 		}
 		return nil, redactError(fmt.Errorf("idempotency: redis %s: ping: %w", red, err), rawURL)
 	}
-	s, err := NewRedis(client, prefix, o)
+	s, err := New(client, prefix, o)
 	if err != nil {
 		_ = client.Close()
 		return nil, err
@@ -199,8 +201,8 @@ func NewRedisURL(ctx context.Context, rawURL string, o Options, tlsConfig *tls.C
 }
 
 // openRedisURL is Open's entry for redis:// and rediss:// URLs.
-func openRedisURL(ctx context.Context, rawURL string, o Options) (Store, error) {
-	s, err := NewRedisURL(ctx, rawURL, o, nil)
+func openRedisURL(ctx context.Context, rawURL string, o idempotency.Options) (idempotency.Store, error) {
+	s, err := Open(ctx, rawURL, o, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -223,80 +225,80 @@ func splitRedisURL(rawURL string) (clean, prefix string, err error) {
 
 // Claim takes the key with SET NX PX claim TTL. ok is false when the key is
 // claimed or confirmed.
-func (s *Redis) Claim(ctx context.Context, key Key) (Claim, bool, error) {
+func (s *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
 	if err := s.begin(ctx); err != nil {
-		return Claim{}, false, err
+		return idempotency.Claim{}, false, err
 	}
 	sk, err := s.storageKey(key)
 	if err != nil {
-		return Claim{}, false, err
+		return idempotency.Claim{}, false, err
 	}
-	token := NewToken()
+	token := idempotency.NewToken()
 	start := time.Now()
 	ok, err := s.client.SetNX(ctx, sk, redisClaimPrefix+token, time.Duration(s.claimMS)*time.Millisecond).Result()
 	if err != nil {
-		return Claim{}, false, s.opError(ctx, "claim", err)
+		return idempotency.Claim{}, false, s.opError(ctx, "claim", err)
 	}
 	if !ok {
-		return Claim{}, false, nil
+		return idempotency.Claim{}, false, nil
 	}
-	return Claim{Key: key, Token: token, Expires: start.Add(s.o.ClaimTTL)}, true, nil
+	return idempotency.Claim{Key: key, Token: token, Expires: start.Add(s.o.ClaimTTL)}, true, nil
 }
 
 // TryClaim claims key, or tells a confirmed key from a claimed one, in one
 // script run.
-func (s *Redis) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) {
+func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
 	if err := s.begin(ctx); err != nil {
-		return 0, Claim{}, err
+		return 0, idempotency.Claim{}, err
 	}
 	sk, err := s.storageKey(key)
 	if err != nil {
-		return 0, Claim{}, err
+		return 0, idempotency.Claim{}, err
 	}
-	token := NewToken()
+	token := idempotency.NewToken()
 	start := time.Now()
 	res, err := redisTryClaim.Run(ctx, s.client, []string{sk}, redisClaimPrefix+token, s.claimMS).Int64()
 	if err != nil {
-		return 0, Claim{}, s.opError(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, s.opError(ctx, "try-claim", err)
 	}
 	switch res {
 	case redisResClaimed:
-		return Claimed, Claim{Key: key, Token: token, Expires: start.Add(s.o.ClaimTTL)}, nil
+		return idempotency.Claimed, idempotency.Claim{Key: key, Token: token, Expires: start.Add(s.o.ClaimTTL)}, nil
 	case redisResConfirmed:
-		return AlreadyConfirmed, Claim{}, nil
+		return idempotency.AlreadyConfirmed, idempotency.Claim{}, nil
 	case redisResInProgress:
-		return InProgress, Claim{}, nil
+		return idempotency.InProgress, idempotency.Claim{}, nil
 	}
-	return 0, Claim{}, fmt.Errorf("idempotency: redis try-claim: unexpected script result %d", res)
+	return 0, idempotency.Claim{}, fmt.Errorf("idempotency: redis try-claim: unexpected script result %d", res)
 }
 
 // Confirm replaces the caller's claim with a confirmation retained for the
 // retention period. ErrClaimLost when the key no longer holds the claim.
-func (s *Redis) Confirm(ctx context.Context, c Claim) error {
+func (s *Store) Confirm(ctx context.Context, c idempotency.Claim) error {
 	_, err := s.ownerScript(ctx, "confirm", redisConfirm, c, s.retainMS)
 	return err
 }
 
 // Release deletes the caller's claim. ErrClaimLost when the key no longer
 // holds it (expired, taken over or already released).
-func (s *Redis) Release(ctx context.Context, c Claim) error {
+func (s *Store) Release(ctx context.Context, c idempotency.Claim) error {
 	_, err := s.ownerScript(ctx, "release", redisRelease, c, 0)
 	return err
 }
 
 // Renew extends the caller's claim to a full claim TTL from now. ErrClaimLost
 // when the key no longer holds it.
-func (s *Redis) Renew(ctx context.Context, c Claim) (Claim, error) {
+func (s *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Claim, error) {
 	start, err := s.ownerScript(ctx, "renew", redisRenew, c, s.claimMS)
 	if err != nil {
-		return Claim{}, err
+		return idempotency.Claim{}, err
 	}
 	c.Expires = start.Add(s.o.ClaimTTL)
 	return c, nil
 }
 
 // IsConfirmed reports whether key holds a retained confirmation (one GET).
-func (s *Redis) IsConfirmed(ctx context.Context, key Key) (bool, error) {
+func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, error) {
 	if err := s.begin(ctx); err != nil {
 		return false, err
 	}
@@ -317,7 +319,7 @@ func (s *Redis) IsConfirmed(ctx context.Context, key Key) (bool, error) {
 // Close marks the store closed (later calls return ErrClosed) and closes
 // the client if the store created it (NewRedisURL, Open); a client passed to
 // NewRedis stays open.
-func (s *Redis) Close() error {
+func (s *Store) Close() error {
 	if s.closed.Swap(true) || !s.ownsClient {
 		return nil
 	}
@@ -325,12 +327,12 @@ func (s *Redis) Close() error {
 }
 
 // begin returns ctx's error or ErrClosed, checked before any I/O.
-func (s *Redis) begin(ctx context.Context) error {
+func (s *Store) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if s.closed.Load() {
-		return ErrClosed
+		return idempotency.ErrClosed
 	}
 	return nil
 }
@@ -339,7 +341,7 @@ func (s *Redis) begin(ctx context.Context) error {
 // millisecond argument ms and returns the local time taken just before the
 // call (the base of a renewed expiry). A script answering 0 means the key
 // does not hold c's claim: ErrClaimLost, nothing changed.
-func (s *Redis) ownerScript(ctx context.Context, op string, script *redis.Script, c Claim, ms int64) (time.Time, error) {
+func (s *Store) ownerScript(ctx context.Context, op string, script *redis.Script, c idempotency.Claim, ms int64) (time.Time, error) {
 	if err := s.begin(ctx); err != nil {
 		return time.Time{}, err
 	}
@@ -348,7 +350,7 @@ func (s *Redis) ownerScript(ctx context.Context, op string, script *redis.Script
 		return time.Time{}, err
 	}
 	if c.Token == "" {
-		return time.Time{}, ErrClaimLost
+		return time.Time{}, idempotency.ErrClaimLost
 	}
 	start := time.Now()
 	res, err := script.Run(ctx, s.client, []string{sk}, redisClaimPrefix+c.Token, ms).Int64()
@@ -356,14 +358,14 @@ func (s *Redis) ownerScript(ctx context.Context, op string, script *redis.Script
 		return time.Time{}, s.opError(ctx, op, err)
 	}
 	if res != 1 {
-		return time.Time{}, ErrClaimLost
+		return time.Time{}, idempotency.ErrClaimLost
 	}
 	return start, nil
 }
 
 // storageKey validates key and returns the Redis key: the store's prefix
 // plus the key's storage form (hashed beyond MaxKeyLength, like every store).
-func (s *Redis) storageKey(key Key) (string, error) {
+func (s *Store) storageKey(key idempotency.Key) (string, error) {
 	if err := key.Validate(); err != nil {
 		return "", err
 	}
@@ -372,7 +374,7 @@ func (s *Redis) storageKey(key Key) (string, error) {
 
 // opError wraps a client error. When ctx ended, the context's error is
 // returned as the cause so callers can match it with errors.Is.
-func (s *Redis) opError(ctx context.Context, op string, err error) error {
+func (s *Store) opError(ctx context.Context, op string, err error) error {
 	if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("idempotency: redis %s: %w (%v)", op, ctxErr, err)
 	}

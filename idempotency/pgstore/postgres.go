@@ -1,4 +1,4 @@
-package idempotency
+package pgstore
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acemq/msgaudit/idempotency"
 )
 
 // DefaultPostgresTable is the table of a PostgreSQL store opened by URL
@@ -34,7 +36,7 @@ const postgresIndexSuffix = "_expires_at_idx"
 // 63-byte identifier limit.
 var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z_][A-Za-z0-9_]{0,47})$`)
 
-// Postgres is a Store on one PostgreSQL table through pgx v5 (pgxpool):
+// Store is an idempotency.Store on one PostgreSQL table through pgx v5 (pgxpool):
 //
 //	key        text PRIMARY KEY   -- Key.StorageKey(MaxKeyLength)
 //	state      text NOT NULL      -- 'claimed' or 'confirmed'
@@ -65,14 +67,14 @@ var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?(
 // confirmations: a forgotten confirmation lets a redelivery run the work
 // again, so only do it where running twice is tolerable.
 //
-// A Postgres is safe for concurrent use. It owns its pool only when it was
+// A Store is safe for concurrent use. It owns its pool only when it was
 // opened by URL (OpenPostgresURL, Open); a store made with OpenPostgres
 // leaves the pool to its caller, and Close does not close it.
-type Postgres struct {
+type Store struct {
 	pool     *pgxpool.Pool
 	ownsPool bool
 	closed   atomic.Bool
-	o        Options
+	o        idempotency.Options
 	claimUS  int64
 	retainUS int64
 
@@ -82,19 +84,19 @@ type Postgres struct {
 	sqlClaim, sqlTryClaim, sqlConfirm, sqlRelease, sqlRenew, sqlIsConfirmed, sqlPurge string
 }
 
-// OpenPostgres returns a store on table in pool. table is a plain identifier
+// New returns a store on table in pool. table is a plain identifier
 // (letters, digits, '_'; at most 48 bytes), optionally qualified by a schema
 // ("audit.idempotency"); it is quoted, so it is case-sensitive. OpenPostgres
 // does no I/O: call Migrate once to create the table. The caller keeps
 // ownership of pool: Close leaves it open.
-func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, table string, o Options) (*Postgres, error) {
+func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if pool == nil {
 		return nil, errors.New("idempotency: OpenPostgres: nil pool")
 	}
-	o, err := o.normalize()
+	o, err := o.Normalize()
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +108,7 @@ func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, table string, o Optio
 	if m[1] != "" {
 		ident = pgx.Identifier{m[1], m[2]}
 	}
-	p := &Postgres{
+	p := &Store{
 		pool:     pool,
 		o:        o,
 		claimUS:  durationUS(o.ClaimTTL),
@@ -121,7 +123,7 @@ func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, table string, o Optio
 // buildSQL writes the statements once; only the table name is spliced in,
 // and it is a validated, quoted identifier. Every other value is a
 // parameter. $3 is always a duration in microseconds.
-func (p *Postgres) buildSQL() {
+func (p *Store) buildSQL() {
 	t := p.table
 	// old is the key's row as this statement's snapshot sees it.
 	//
@@ -209,7 +211,7 @@ WHERE key IN (
 // in one transaction under a transaction-scoped advisory lock, because two
 // concurrent CREATE TABLE IF NOT EXISTS can otherwise both try to create the
 // table and one fails.
-func (p *Postgres) Migrate(ctx context.Context) error {
+func (p *Store) Migrate(ctx context.Context) error {
 	if err := p.begin(ctx); err != nil {
 		return err
 	}
@@ -220,7 +222,7 @@ func (p *Postgres) Migrate(ctx context.Context) error {
 }
 
 // migrate is Migrate without the checks and the wrapping.
-func (p *Postgres) migrate(ctx context.Context) error {
+func (p *Store) migrate(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('msgaudit idempotency migrate'))`); err != nil {
 			return err
@@ -239,7 +241,7 @@ func (p *Postgres) migrate(ctx context.Context) error {
 	})
 }
 
-// OpenPostgresURL connects to the PostgreSQL server named by rawURL, runs
+// Open connects to the PostgreSQL server named by rawURL, runs
 // Migrate and returns a store that owns its pool (Close closes it).
 //
 // rawURL is a pgx connection URL (postgres:// or postgresql://). pgx's own
@@ -254,11 +256,11 @@ func (p *Postgres) migrate(ctx context.Context) error {
 //
 // Errors name the URL with its password redacted; the password never
 // appears in them.
-func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, error) {
+func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	red := RedactURL(rawURL)
+	red := idempotency.RedactURL(rawURL)
 	clean, table, found, err := cutQueryParam(rawURL, postgresTableParam)
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, err), rawURL)
@@ -279,7 +281,7 @@ func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, 
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: postgres %s: %w", red, err), rawURL)
 	}
-	p, err := OpenPostgres(ctx, pool, table, o)
+	p, err := New(ctx, pool, table, o)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -296,8 +298,8 @@ func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, 
 }
 
 // openPostgresURL is Open's entry for postgres:// and postgresql:// URLs.
-func openPostgresURL(ctx context.Context, rawURL string, o Options) (Store, error) {
-	p, err := OpenPostgresURL(ctx, rawURL, o)
+func openPostgresURL(ctx context.Context, rawURL string, o idempotency.Options) (idempotency.Store, error) {
+	p, err := Open(ctx, rawURL, o)
 	if err != nil {
 		return nil, err
 	}
@@ -307,38 +309,38 @@ func openPostgresURL(ctx context.Context, rawURL string, o Options) (Store, erro
 // Claim takes the key with one upsert: inserted when new, taken over in
 // place when the old claim or confirmation expired. ok is false when the
 // key holds a live claim or a retained confirmation.
-func (p *Postgres) Claim(ctx context.Context, key Key) (Claim, bool, error) {
+func (p *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
 	if err := p.begin(ctx); err != nil {
-		return Claim{}, false, err
+		return idempotency.Claim{}, false, err
 	}
 	sk, err := p.storageKey(key)
 	if err != nil {
-		return Claim{}, false, err
+		return idempotency.Claim{}, false, err
 	}
-	token := NewToken()
+	token := idempotency.NewToken()
 	var expires time.Time
 	err = p.pool.QueryRow(ctx, p.sqlClaim, sk, token, p.claimUS).Scan(&expires)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Claim{}, false, nil
+		return idempotency.Claim{}, false, nil
 	}
 	if err != nil {
-		return Claim{}, false, p.opError(ctx, "claim", err)
+		return idempotency.Claim{}, false, p.opError(ctx, "claim", err)
 	}
-	return Claim{Key: key, Token: token, Expires: expires}, true, nil
+	return idempotency.Claim{Key: key, Token: token, Expires: expires}, true, nil
 }
 
 // TryClaim claims key, or tells a confirmed key from a claimed one, in one
 // statement (see the comment on the SQL in buildSQL for why each answer is
 // safe under concurrency).
-func (p *Postgres) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) {
+func (p *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
 	if err := p.begin(ctx); err != nil {
-		return 0, Claim{}, err
+		return 0, idempotency.Claim{}, err
 	}
 	sk, err := p.storageKey(key)
 	if err != nil {
-		return 0, Claim{}, err
+		return 0, idempotency.Claim{}, err
 	}
-	token := NewToken()
+	token := idempotency.NewToken()
 	var (
 		outcome string
 		expires *time.Time
@@ -347,29 +349,29 @@ func (p *Postgres) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The upsert found a row committed after this statement's
 		// snapshot: someone else's live claim.
-		return InProgress, Claim{}, nil
+		return idempotency.InProgress, idempotency.Claim{}, nil
 	}
 	if err != nil {
-		return 0, Claim{}, p.opError(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, p.opError(ctx, "try-claim", err)
 	}
 	switch outcome {
 	case "claimed":
 		if expires == nil {
-			return 0, Claim{}, errors.New("idempotency: postgres try-claim: claimed without expiry")
+			return 0, idempotency.Claim{}, errors.New("idempotency: postgres try-claim: claimed without expiry")
 		}
-		return Claimed, Claim{Key: key, Token: token, Expires: *expires}, nil
+		return idempotency.Claimed, idempotency.Claim{Key: key, Token: token, Expires: *expires}, nil
 	case "confirmed":
-		return AlreadyConfirmed, Claim{}, nil
+		return idempotency.AlreadyConfirmed, idempotency.Claim{}, nil
 	case "in-progress":
-		return InProgress, Claim{}, nil
+		return idempotency.InProgress, idempotency.Claim{}, nil
 	}
-	return 0, Claim{}, fmt.Errorf("idempotency: postgres try-claim: unexpected outcome %q", outcome)
+	return 0, idempotency.Claim{}, fmt.Errorf("idempotency: postgres try-claim: unexpected outcome %q", outcome)
 }
 
 // Confirm turns the caller's live claim into a confirmation retained for the
 // retention period. ErrClaimLost when the row no longer holds the caller's
 // live claim; nothing is changed then.
-func (p *Postgres) Confirm(ctx context.Context, c Claim) error {
+func (p *Store) Confirm(ctx context.Context, c idempotency.Claim) error {
 	sk, err := p.ownerCheck(ctx, c)
 	if err != nil {
 		return err
@@ -379,14 +381,14 @@ func (p *Postgres) Confirm(ctx context.Context, c Claim) error {
 		return p.opError(ctx, "confirm", err)
 	}
 	if tag.RowsAffected() != 1 {
-		return ErrClaimLost
+		return idempotency.ErrClaimLost
 	}
 	return nil
 }
 
 // Release deletes the caller's live claim. ErrClaimLost when the row no
 // longer holds it (expired, taken over, released or confirmed).
-func (p *Postgres) Release(ctx context.Context, c Claim) error {
+func (p *Store) Release(ctx context.Context, c idempotency.Claim) error {
 	sk, err := p.ownerCheck(ctx, c)
 	if err != nil {
 		return err
@@ -396,25 +398,25 @@ func (p *Postgres) Release(ctx context.Context, c Claim) error {
 		return p.opError(ctx, "release", err)
 	}
 	if tag.RowsAffected() != 1 {
-		return ErrClaimLost
+		return idempotency.ErrClaimLost
 	}
 	return nil
 }
 
 // Renew extends the caller's live claim to a full claim TTL from the
 // server's now. ErrClaimLost when the row no longer holds it.
-func (p *Postgres) Renew(ctx context.Context, c Claim) (Claim, error) {
+func (p *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Claim, error) {
 	sk, err := p.ownerCheck(ctx, c)
 	if err != nil {
-		return Claim{}, err
+		return idempotency.Claim{}, err
 	}
 	var expires time.Time
 	err = p.pool.QueryRow(ctx, p.sqlRenew, sk, c.Token, p.claimUS).Scan(&expires)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Claim{}, ErrClaimLost
+		return idempotency.Claim{}, idempotency.ErrClaimLost
 	}
 	if err != nil {
-		return Claim{}, p.opError(ctx, "renew", err)
+		return idempotency.Claim{}, p.opError(ctx, "renew", err)
 	}
 	c.Expires = expires
 	return c, nil
@@ -422,7 +424,7 @@ func (p *Postgres) Renew(ctx context.Context, c Claim) (Claim, error) {
 
 // IsConfirmed reports whether key holds a confirmation still retained at the
 // server's now.
-func (p *Postgres) IsConfirmed(ctx context.Context, key Key) (bool, error) {
+func (p *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, error) {
 	if err := p.begin(ctx); err != nil {
 		return false, err
 	}
@@ -449,7 +451,7 @@ func (p *Postgres) IsConfirmed(ctx context.Context, key Key) (bool, error) {
 //
 // On an error or a cancelled ctx, Purge returns the rows deleted so far with
 // the error; the batches already done stay done.
-func (p *Postgres) Purge(ctx context.Context, batch int) (int64, error) {
+func (p *Store) Purge(ctx context.Context, batch int) (int64, error) {
 	if batch <= 0 {
 		batch = DefaultPurgeBatch
 	}
@@ -472,7 +474,7 @@ func (p *Postgres) Purge(ctx context.Context, batch int) (int64, error) {
 
 // Close marks the store closed (later calls return ErrClosed) and closes the
 // pool if the store created it (OpenPostgresURL, Open).
-func (p *Postgres) Close() error {
+func (p *Store) Close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
@@ -483,19 +485,19 @@ func (p *Postgres) Close() error {
 }
 
 // begin returns ctx's error or ErrClosed, checked before any I/O.
-func (p *Postgres) begin(ctx context.Context) error {
+func (p *Store) begin(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if p.closed.Load() {
-		return ErrClosed
+		return idempotency.ErrClosed
 	}
 	return nil
 }
 
 // ownerCheck runs begin, validates c's key and token and returns the
 // storage key. A claim without a token was never held: ErrClaimLost.
-func (p *Postgres) ownerCheck(ctx context.Context, c Claim) (string, error) {
+func (p *Store) ownerCheck(ctx context.Context, c idempotency.Claim) (string, error) {
 	if err := p.begin(ctx); err != nil {
 		return "", err
 	}
@@ -504,7 +506,7 @@ func (p *Postgres) ownerCheck(ctx context.Context, c Claim) (string, error) {
 		return "", err
 	}
 	if c.Token == "" {
-		return "", ErrClaimLost
+		return "", idempotency.ErrClaimLost
 	}
 	return sk, nil
 }
@@ -512,7 +514,7 @@ func (p *Postgres) ownerCheck(ctx context.Context, c Claim) (string, error) {
 // storageKey validates key and returns its storage form (hashed beyond
 // MaxKeyLength, or when not valid UTF-8 or holding NUL, which text cannot
 // store).
-func (p *Postgres) storageKey(key Key) (string, error) {
+func (p *Store) storageKey(key idempotency.Key) (string, error) {
 	if err := key.Validate(); err != nil {
 		return "", err
 	}
@@ -521,7 +523,7 @@ func (p *Postgres) storageKey(key Key) (string, error) {
 
 // opError wraps a pgx error. When ctx ended, the context's error is the
 // cause so callers can match it with errors.Is.
-func (p *Postgres) opError(ctx context.Context, op string, err error) error {
+func (p *Store) opError(ctx context.Context, op string, err error) error {
 	if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("idempotency: postgres %s: %w (%v)", op, ctxErr, err)
 	}

@@ -1,4 +1,4 @@
-package idempotency_test
+package sqlitestore_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
 )
 
@@ -19,9 +20,9 @@ import (
 // restart case can reopen it.
 var sqlitePaths sync.Map // idempotency.Store → string
 
-func openSQLiteTest(t *testing.T, path string, o idempotency.Options) *idempotency.SQLite {
+func openSQLiteTest(t *testing.T, path string, o idempotency.Options) *sqlitestore.Store {
 	t.Helper()
-	s, err := idempotency.OpenSQLite(path, o)
+	s, err := sqlitestore.Open(context.Background(), path, o)
 	if err != nil {
 		t.Fatalf("OpenSQLite: %v", err)
 	}
@@ -131,7 +132,7 @@ func TestSQLiteTwoHandlesOneFile(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "shared.db")
-	stores := []*idempotency.SQLite{openSQLiteTest(t, path, idempotency.Options{}), openSQLiteTest(t, path, idempotency.Options{})}
+	stores := []*sqlitestore.Store{openSQLiteTest(t, path, idempotency.Options{}), openSQLiteTest(t, path, idempotency.Options{})}
 	const keys, perStore = 100, 4
 	var wins [keys]atomic.Int32
 	var wg sync.WaitGroup

@@ -1,0 +1,76 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/acemq/msgaudit/internal/redact"
+)
+
+// ctxDone returns ctx's error, or context.DeadlineExceeded when ctx's
+// deadline has passed but its timer has not fired yet: a client that sets
+// the deadline on the socket can see its I/O time out a moment before
+// ctx.Err() turns non-nil, and the caller should still learn that its
+// deadline, not the server, ended the call.
+func ctxDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// cutQueryParam removes every occurrence of the query parameter name from
+// rawURL and returns the rest of the URL byte for byte, the parameter's last
+// value and whether it was present. Only the query text is re-encoded.
+func cutQueryParam(rawURL, name string) (clean, value string, found bool, err error) {
+	base, rest, hasQuery := strings.Cut(rawURL, "?")
+	if !hasQuery {
+		return rawURL, "", false, nil
+	}
+	query, fragment, hasFragment := strings.Cut(rest, "#")
+	vals, err := url.ParseQuery(query)
+	if err != nil {
+		return "", "", false, fmt.Errorf("query: %w", err)
+	}
+	if v, ok := vals[name]; ok {
+		found = true
+		value = v[len(v)-1]
+		vals.Del(name)
+	}
+	if !found {
+		return rawURL, "", false, nil
+	}
+	clean = base
+	if enc := vals.Encode(); enc != "" {
+		clean += "?" + enc
+	}
+	if hasFragment {
+		clean += "#" + fragment
+	}
+	return clean, value, true, nil
+}
+
+// unwrapURLError drops the *url.Error layer of err, whose message quotes the
+// whole URL, password included, and keeps its cause.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// redactError returns err with every secret of rawURL replaced (the
+// userinfo password and the values of secret query parameters, each raw and
+// URL-escaped; see redact.URLSecrets), so no error built from a connection
+// attempt can print them. Unwrap still reaches err.
+func redactError(err error, rawURL string) error {
+	return redact.New(redact.URLSecrets(rawURL)...).Error(err)
+}
