@@ -16,13 +16,16 @@
 // caller can undo a put of its own (the metadata-store selector does when a
 // handler fails).
 //
-// Four backends implement it: Memory (one process), SQLite (embedded,
-// durable; modernc.org/sqlite, no cgo), Redis (one Lua script per
-// operation) and PostgreSQL (one statement per operation). Open builds one
-// from a URL, as idempotency.Open does: "memory", "sqlite:PATH",
-// "redis://…", "rediss://…", "postgres://…". Redis and PostgreSQL stores can
-// also wrap a client or pool the application already has (NewRedis,
-// NewPostgres), and SQLite an existing *sql.DB (NewSQLite).
+// Memory (one process) lives here; the durable backends are packages of
+// their own, so a program links only the drivers it uses: sqlitemeta
+// (embedded, durable; modernc.org/sqlite, no cgo), redismeta (one Lua
+// script per operation) and pgmeta (PostgreSQL, one statement per
+// operation). Open builds one from a URL, as idempotency.Open does:
+// "memory", "sqlite:PATH", "redis://…", "rediss://…", "postgres://…", once
+// the backend's package is imported (import _ ".../metadata/redismeta");
+// the error for a scheme whose package is missing names it. The backends
+// can also wrap a client, pool or *sql.DB the application already has
+// (redismeta.New, pgmeta.New, sqlitemeta.New).
 //
 // # Keys and values
 //

@@ -71,9 +71,16 @@ func StorageKey(key string) (string, error) {
 	return string(b[:]), nil
 }
 
-// check validates the arguments of an operation and the context: it returns
-// the storage key, or the error to return with nothing changed.
+// check is CheckArgs, the name the stores of this package call.
 func check(ctx context.Context, key string, values ...string) (string, error) {
+	return CheckArgs(ctx, key, values...)
+}
+
+// CheckArgs validates the arguments of an operation and the context, for
+// backends to call first in every method: it returns the storage key (see
+// StorageKey), or the error to return with nothing changed (ctx's error,
+// ErrInvalidKey, or ErrInvalidValue for a value above MaxValueLen).
+func CheckArgs(ctx context.Context, key string, values ...string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}

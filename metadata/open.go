@@ -2,51 +2,94 @@ package metadata
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/url"
+	"sort"
 	"strings"
+	"sync"
 
 	"github.com/acemq/msgaudit/internal/redact"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 )
 
-// Query parameters Open removes from a URL before the driver sees it.
-const (
-	tableParam  = "msgaudit_table"
-	prefixParam = "msgaudit_prefix"
-)
+// Opener opens a store from a URL whose scheme it was registered for.
+type Opener func(ctx context.Context, rawURL string) (StoreCloser, error)
 
-// Open returns a store for rawURL:
+// registry maps a lower-case URL scheme to its Opener; backend packages
+// fill it from init.
+var registry = struct {
+	sync.RWMutex
+	m map[string]Opener
+}{m: map[string]Opener{}}
+
+// backendPackages names the package to import for this module's schemes.
+var backendPackages = map[string]string{
+	"sqlite":     "github.com/acemq/msgaudit/metadata/sqlitemeta",
+	"redis":      "github.com/acemq/msgaudit/metadata/redismeta",
+	"rediss":     "github.com/acemq/msgaudit/metadata/redismeta",
+	"postgres":   "github.com/acemq/msgaudit/metadata/pgmeta",
+	"postgresql": "github.com/acemq/msgaudit/metadata/pgmeta",
+}
+
+// Register makes a backend available to Open for URLs with the given
+// scheme (matched case-insensitively); backend packages call it from init.
+// It panics when scheme is empty, "memory" or holds ':' or '/', opener is
+// nil, or the scheme is already registered.
+func Register(scheme string, opener Opener) {
+	s := strings.ToLower(scheme)
+	if s == "" || s == "memory" || strings.ContainsAny(s, ":/") {
+		panic(fmt.Sprintf("metadata: Register: invalid scheme %q", scheme))
+	}
+	if opener == nil {
+		panic("metadata: Register: nil Opener for scheme " + s)
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if _, dup := registry.m[s]; dup {
+		panic("metadata: Register called twice for scheme " + s)
+	}
+	registry.m[s] = opener
+}
+
+// Schemes returns the registered URL schemes, sorted, "memory" included.
+func Schemes() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	out := []string{"memory"}
+	for s := range registry.m {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Open returns a store for rawURL. "memory" (a new Memory store) is always
+// available; the other schemes are served by the backend package that
+// registered them:
 //
-//	memory                                  a new Memory store
-//	sqlite:PATH[?msgaudit_table=NAME]       SQLite file at PATH (created, WAL)
+//	sqlite:PATH[?msgaudit_table=NAME]       metadata/sqlitemeta
 //	redis://[user:pass@]host:port/db[?msgaudit_prefix=P]
-//	                                        Redis (rediss:// for TLS); other
-//	                                        query options as redis.ParseURL
-//	postgres://…[?msgaudit_table=NAME]      PostgreSQL (postgresql:// too; the
-//	                                        usual fields, sslmode, sslrootcert…)
+//	                                        metadata/redismeta (rediss:// for TLS)
+//	postgres://…[?msgaudit_table=NAME]      metadata/pgmeta (postgresql:// too)
 //
-// The parameter names are those of idempotency.Open. The table defaults to
-// DefaultTable and the Redis prefix to DefaultRedisPrefix. For a TLS
-// configuration a URL cannot express (a custom CA for Redis, a client
-// certificate), build the client or pool yourself and call NewRedis or
-// NewPostgres. Open checks the connection (Redis PING, PostgreSQL and
-// SQLite create the table if missing) so a wrong address or password fails
-// here. Close releases what Open created. Errors never contain the
-// password: Open reports the URL as RedactURL does.
+// The parameter names are those of idempotency.Open. Open checks the
+// connection (Redis PING, PostgreSQL and SQLite create the table if
+// missing) so a wrong address or password fails here. Close releases what
+// Open created. A scheme no imported package serves is ErrUnsupportedURL
+// naming the package to import. Errors never contain the password: Open
+// reports the URL as RedactURL does.
 func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
 	scheme, _, _ := strings.Cut(rawURL, ":")
-	switch strings.ToLower(scheme) {
-	case "memory":
+	scheme = strings.ToLower(scheme)
+	if scheme == "memory" {
 		return NewMemory(), nil
-	case "sqlite":
-		return openSQLiteURL(ctx, rawURL)
-	case "redis", "rediss":
-		return openRedisURL(ctx, rawURL)
-	case "postgres", "postgresql":
-		return openPostgresURL(ctx, rawURL)
+	}
+	registry.RLock()
+	opener := registry.m[scheme]
+	registry.RUnlock()
+	if opener != nil {
+		return opener(ctx, rawURL)
+	}
+	if pkg, ok := backendPackages[scheme]; ok {
+		return nil, fmt.Errorf("%w: no backend for %q; import _ %q", ErrUnsupportedURL, RedactURL(rawURL), pkg)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnsupportedURL, RedactURL(rawURL))
 }
@@ -55,94 +98,3 @@ func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
 // and error messages: idempotency.RedactURL, plus the opaque form
 // "scheme:user:pass@host" (no "//"), which is reduced to its scheme.
 func RedactURL(rawURL string) string { return redact.Strict(rawURL) }
-
-// cutParam removes the query parameter name from rawURL and returns its
-// value (def when absent) and the URL without it.
-func cutParam(rawURL, name, def string) (value, rest string, err error) {
-	base, query, ok := strings.Cut(rawURL, "?")
-	if !ok {
-		return def, rawURL, nil
-	}
-	q, err := url.ParseQuery(query)
-	if err != nil {
-		return "", "", fmt.Errorf("%w: %q: bad query: %v", ErrUnsupportedURL, RedactURL(base), err)
-	}
-	value = def
-	if vs, ok := q[name]; ok {
-		value = vs[len(vs)-1]
-		delete(q, name)
-	}
-	if len(q) == 0 {
-		return value, base, nil
-	}
-	return value, base + "?" + q.Encode(), nil
-}
-
-func openSQLiteURL(ctx context.Context, rawURL string) (StoreCloser, error) {
-	table, rest, err := cutParam(rawURL, tableParam, DefaultTable)
-	if err != nil {
-		return nil, err
-	}
-	path := rest[len("sqlite:"):]
-	path = strings.TrimPrefix(path, "//")
-	if strings.Contains(path, "?") {
-		return nil, fmt.Errorf("%w: sqlite URL takes only the table parameter: %q", ErrUnsupportedURL, rawURL)
-	}
-	return openSQLite(ctx, path, table)
-}
-
-func openRedisURL(ctx context.Context, rawURL string) (StoreCloser, error) {
-	prefix, rest, err := cutParam(rawURL, prefixParam, DefaultRedisPrefix)
-	if err != nil {
-		return nil, err
-	}
-	opt, err := redis.ParseURL(rest)
-	if err != nil {
-		// go-redis errors can quote the URL; report only the redacted one.
-		return nil, fmt.Errorf("%w: %q: cannot parse Redis URL", ErrUnsupportedURL, RedactURL(rawURL))
-	}
-	client := redis.NewClient(opt)
-	s, err := NewRedis(client, prefix)
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	s.owned = true
-	if err := client.Ping(ctx).Err(); err != nil {
-		client.Close()
-		return nil, fmt.Errorf("metadata: redis %s: %w", RedactURL(rawURL), err)
-	}
-	return s, nil
-}
-
-func openPostgresURL(ctx context.Context, rawURL string) (StoreCloser, error) {
-	table, rest, err := cutParam(rawURL, tableParam, DefaultTable)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := pgxpool.ParseConfig(rest)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %q: cannot parse PostgreSQL URL", ErrUnsupportedURL, RedactURL(rawURL))
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("metadata: postgres %s: %w", RedactURL(rawURL), err)
-	}
-	s, err := NewPostgres(pool, table)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	s.owned = true
-	if err := s.Migrate(ctx); err != nil {
-		pool.Close()
-		// Migrate's error already says "metadata: postgres migrate: ";
-		// keep its cause under one prefix.
-		cause := errors.Unwrap(err)
-		if cause == nil {
-			cause = err
-		}
-		return nil, fmt.Errorf("metadata: postgres %s: migrate: %w", RedactURL(rawURL), cause)
-	}
-	return s, nil
-}

@@ -14,6 +14,9 @@ import (
 
 	"github.com/acemq/msgaudit/internal/testenv"
 	"github.com/acemq/msgaudit/metadata"
+	"github.com/acemq/msgaudit/metadata/pgmeta"
+	"github.com/acemq/msgaudit/metadata/redismeta"
+	"github.com/acemq/msgaudit/metadata/sqlitemeta"
 	"github.com/acemq/msgaudit/metadata/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -49,7 +52,7 @@ func TestSQLiteConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Opener {
 		path := filepath.Join(t.TempDir(), "meta.db")
 		return func(t *testing.T) metadata.Store {
-			s, err := metadata.OpenSQLite(context.Background(), path)
+			s, err := sqlitemeta.Open(context.Background(), path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +100,7 @@ func TestRedisConformance(t *testing.T) {
 		t.Cleanup(func() { deletePrefix(t, admin, prefix) })
 		return func(t *testing.T) metadata.Store {
 			// A client of its own, as another process would have.
-			s, err := metadata.NewRedis(redisClient(t), prefix)
+			s, err := redismeta.New(redisClient(t), prefix)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +146,7 @@ func TestMain(m *testing.M) {
 func newPostgresTable(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	table := randomName(t)
-	s, err := metadata.NewPostgres(pool, table)
+	s, err := pgmeta.New(pool, table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +167,7 @@ func TestPostgresConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Opener {
 		table := newPostgresTable(t, pool)
 		return func(t *testing.T) metadata.Store {
-			s, err := metadata.NewPostgres(pool, table)
+			s, err := pgmeta.New(pool, table)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -332,7 +335,7 @@ func TestUnreachable(t *testing.T) {
 	// Stores built on clients that cannot connect: every operation errors.
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer rc.Close()
-	rs, _ := metadata.NewRedis(rc, "p:")
+	rs, _ := redismeta.New(rc, "p:")
 	cfg, err := pgxpool.ParseConfig("postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +345,7 @@ func TestUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	ps, _ := metadata.NewPostgres(pool, "t")
+	ps, _ := pgmeta.New(pool, "t")
 	for name, s := range map[string]metadata.Store{"redis": rs, "postgres": ps} {
 		if _, _, err := s.Get(ctx, "k"); err == nil {
 			t.Errorf("%s Get: no error", name)
@@ -367,24 +370,24 @@ func TestMemoryClosed(t *testing.T) {
 
 func TestNewArguments(t *testing.T) {
 	t.Parallel()
-	if _, err := metadata.NewRedis(nil, "p"); err == nil {
+	if _, err := redismeta.New(nil, "p"); err == nil {
 		t.Error("NewRedis(nil) succeeded")
 	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	if _, err := metadata.NewRedis(c, ""); !errors.Is(err, metadata.ErrInvalidName) {
+	if _, err := redismeta.New(c, ""); !errors.Is(err, metadata.ErrInvalidName) {
 		t.Errorf("NewRedis(empty prefix) = %v; want ErrInvalidName", err)
 	}
 	for _, name := range []string{"", "1abc", "a.b.c", "a b", `a"b`, strings.Repeat("x", 64)} {
-		if _, err := metadata.NewPostgres(&pgxpool.Pool{}, name); !errors.Is(err, metadata.ErrInvalidName) {
+		if _, err := pgmeta.New(&pgxpool.Pool{}, name); !errors.Is(err, metadata.ErrInvalidName) {
 			t.Errorf("NewPostgres(%q) = %v; want ErrInvalidName", name, err)
 		}
-		if _, err := metadata.NewSQLite(nil, name); err == nil {
+		if _, err := sqlitemeta.New(nil, name); err == nil {
 			t.Errorf("NewSQLite(nil, %q) succeeded", name)
 		}
 	}
 	for _, name := range []string{"t", "public.t", "_x9", strings.Repeat("x", 63)} {
-		if _, err := metadata.NewPostgres(&pgxpool.Pool{}, name); err != nil {
+		if _, err := pgmeta.New(&pgxpool.Pool{}, name); err != nil {
 			t.Errorf("NewPostgres(%q) = %v", name, err)
 		}
 	}
@@ -398,7 +401,7 @@ func BenchmarkStore(b *testing.B) {
 	}{
 		{"memory", func(b *testing.B) metadata.Store { return metadata.NewMemory() }},
 		{"sqlite", func(b *testing.B) metadata.Store {
-			s, err := metadata.OpenSQLite(ctx, filepath.Join(b.TempDir(), "bench.db"))
+			s, err := sqlitemeta.Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -409,13 +412,13 @@ func BenchmarkStore(b *testing.B) {
 			c := redisClient(b)
 			prefix := randomName(b) + ":"
 			b.Cleanup(func() { deletePrefix(b, c, prefix) })
-			s, _ := metadata.NewRedis(c, prefix)
+			s, _ := redismeta.New(c, prefix)
 			return s
 		}},
 		{"postgres", func(b *testing.B) metadata.Store {
 			pool := postgresPool(b)
 			table := randomName(b)
-			s, _ := metadata.NewPostgres(pool, table)
+			s, _ := pgmeta.New(pool, table)
 			if err := s.Migrate(ctx); err != nil {
 				b.Fatal(err)
 			}

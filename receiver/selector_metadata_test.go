@@ -17,6 +17,9 @@ import (
 
 	"github.com/acemq/msgaudit/internal/testenv"
 	"github.com/acemq/msgaudit/metadata"
+	"github.com/acemq/msgaudit/metadata/pgmeta"
+	"github.com/acemq/msgaudit/metadata/redismeta"
+	"github.com/acemq/msgaudit/metadata/sqlitemeta"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -102,7 +105,7 @@ func TestMetadataCompareValues(t *testing.T) {
 		{"sqlite", func(t *testing.T) (metadata.StoreCloser, func(metadata.StoreCloser) metadata.StoreCloser) {
 			path := filepath.Join(t.TempDir(), "lines.db")
 			open := func() metadata.StoreCloser {
-				s, err := metadata.OpenSQLite(context.Background(), path)
+				s, err := sqlitemeta.Open(context.Background(), path)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -482,7 +485,7 @@ func TestMetadataRace(t *testing.T) {
 	stores := map[string]func(t *testing.T) metadata.Store{
 		"memory": func(t *testing.T) metadata.Store { return metadata.NewMemory() },
 		"sqlite": func(t *testing.T) metadata.Store {
-			s, err := metadata.OpenSQLite(bg, filepath.Join(t.TempDir(), "race.db"))
+			s, err := sqlitemeta.Open(bg, filepath.Join(t.TempDir(), "race.db"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -700,13 +703,13 @@ func mdServiceStore(t *testing.T, env, param, name string) metadata.Store {
 	t.Cleanup(func() {
 		defer s.Close()
 		switch st := s.(type) {
-		case *metadata.Redis:
+		case *redismeta.Store:
 			// The test wrote one key; Remove it by its final value.
 			v, ok, err := st.Get(bg, "f")
 			if err == nil && ok {
 				st.Remove(bg, "f", v)
 			}
-		case *metadata.Postgres:
+		case *pgmeta.Store:
 			if err := st.Drop(bg); err != nil {
 				t.Errorf("cleanup: %v", err)
 			}

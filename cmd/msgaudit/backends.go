@@ -6,3 +6,9 @@ import (
 	_ "github.com/acemq/msgaudit/idempotency/redisstore"
 	_ "github.com/acemq/msgaudit/idempotency/sqlitestore"
 )
+
+import (
+	_ "github.com/acemq/msgaudit/metadata/pgmeta"
+	_ "github.com/acemq/msgaudit/metadata/redismeta"
+	_ "github.com/acemq/msgaudit/metadata/sqlitemeta"
+)

@@ -1,4 +1,4 @@
-package metadata
+package sqlitemeta
 
 import (
 	"context"
@@ -8,13 +8,15 @@ import (
 	"net/url"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go)
+
+	"github.com/acemq/msgaudit/metadata"
 )
 
-// SQLite is a Store in one table of an SQLite database file (key BLOB
+// Store is a metadata.Store in one table of an SQLite database file (key BLOB
 // primary key, value BLOB): the embedded durable backend. SQLite serialises
 // writers, so Replace's UPDATE … WHERE value = old is a compare-and-set even
 // across processes sharing the file.
-type SQLite struct {
+type Store struct {
 	db    *sql.DB
 	owned bool // Close closes db
 
@@ -22,16 +24,16 @@ type SQLite struct {
 	getSQL, insertSQL, replaceSQL, removeSQL string
 }
 
-var _ StoreCloser = (*SQLite)(nil)
+var _ metadata.StoreCloser = (*Store)(nil)
 
-// OpenSQLite opens (creating if needed) the database file at path in WAL
+// Open opens (creating if needed) the database file at path in WAL
 // mode with a busy timeout, creates table DefaultTable and returns a store
 // on it. Close closes the database.
-func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
+func Open(ctx context.Context, path string) (*Store, error) {
 	return openSQLite(ctx, path, DefaultTable)
 }
 
-func openSQLite(ctx context.Context, path, table string) (*SQLite, error) {
+func openSQLite(ctx context.Context, path, table string) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("metadata: OpenSQLite: empty path")
 	}
@@ -43,7 +45,7 @@ func openSQLite(ctx context.Context, path, table string) (*SQLite, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metadata: open sqlite: %w", err)
 	}
-	s, err := NewSQLite(db, table)
+	s, err := New(db, table)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -56,12 +58,12 @@ func openSQLite(ctx context.Context, path, table string) (*SQLite, error) {
 	return s, nil
 }
 
-// NewSQLite returns a store on table in db, a database opened with the
+// New returns a store on table in db, a database opened with the
 // "sqlite" driver of modernc.org/sqlite that the application may share;
 // Close leaves it open. Set a busy timeout on db (the _pragma=busy_timeout
 // DSN parameter) when several connections write. Call Migrate once to
 // create the table.
-func NewSQLite(db *sql.DB, table string) (*SQLite, error) {
+func New(db *sql.DB, table string) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("metadata: NewSQLite: nil db")
 	}
@@ -69,7 +71,7 @@ func NewSQLite(db *sql.DB, table string) (*SQLite, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SQLite{
+	return &Store{
 		db:         db,
 		table:      q,
 		getSQL:     `SELECT value FROM ` + q + ` WHERE key = ?`,
@@ -80,7 +82,7 @@ func NewSQLite(db *sql.DB, table string) (*SQLite, error) {
 }
 
 // Migrate creates the table if it does not exist. It is idempotent.
-func (s *SQLite) Migrate(ctx context.Context) error {
+func (s *Store) Migrate(ctx context.Context) error {
 	_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
 	key BLOB PRIMARY KEY,
 	value BLOB NOT NULL,
@@ -93,7 +95,7 @@ func (s *SQLite) Migrate(ctx context.Context) error {
 }
 
 // Get implements Store.
-func (s *SQLite) Get(ctx context.Context, key string) (string, bool, error) {
+func (s *Store) Get(ctx context.Context, key string) (string, bool, error) {
 	sk, err := check(ctx, key)
 	if err != nil {
 		return "", false, err
@@ -101,7 +103,7 @@ func (s *SQLite) Get(ctx context.Context, key string) (string, bool, error) {
 	return s.get(ctx, sk)
 }
 
-func (s *SQLite) get(ctx context.Context, sk string) (string, bool, error) {
+func (s *Store) get(ctx context.Context, sk string) (string, bool, error) {
 	var v []byte
 	err := s.db.QueryRowContext(ctx, s.getSQL, []byte(sk)).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -115,7 +117,7 @@ func (s *SQLite) get(ctx context.Context, sk string) (string, bool, error) {
 
 // PutIfAbsent implements Store. It is an INSERT … ON CONFLICT DO NOTHING
 // and, when that inserted nothing, a read of the value already there.
-func (s *SQLite) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
+func (s *Store) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
 	sk, err := check(ctx, key, value)
 	if err != nil {
 		return "", false, err
@@ -145,7 +147,7 @@ func (s *SQLite) PutIfAbsent(ctx context.Context, key, value string) (string, bo
 }
 
 // Replace implements Store.
-func (s *SQLite) Replace(ctx context.Context, key, old, new string) (bool, error) {
+func (s *Store) Replace(ctx context.Context, key, old, new string) (bool, error) {
 	sk, err := check(ctx, key, old, new)
 	if err != nil {
 		return false, err
@@ -162,7 +164,7 @@ func (s *SQLite) Replace(ctx context.Context, key, old, new string) (bool, error
 }
 
 // Remove implements Remover.
-func (s *SQLite) Remove(ctx context.Context, key, value string) (bool, error) {
+func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
 	sk, err := check(ctx, key, value)
 	if err != nil {
 		return false, err
@@ -180,7 +182,7 @@ func (s *SQLite) Remove(ctx context.Context, key, value string) (bool, error) {
 
 // Close closes the database if OpenSQLite or Open opened it; a db passed to
 // NewSQLite is left open.
-func (s *SQLite) Close() error {
+func (s *Store) Close() error {
 	if s.owned {
 		return s.db.Close()
 	}

@@ -1,4 +1,4 @@
-package metadata
+package redismeta
 
 import (
 	"context"
@@ -6,22 +6,24 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/acemq/msgaudit/metadata"
 )
 
 // DefaultRedisPrefix is the key prefix Open uses for Redis when the URL
 // names none.
 const DefaultRedisPrefix = "msgaudit:meta:"
 
-// Redis is a Store in Redis: one string per key, under a prefix.
+// Store is a metadata.Store in Redis: one string per key, under a prefix.
 // PutIfAbsent and Replace are Lua scripts, so each is one atomic round trip
 // (and each touches one key, so they work on Redis Cluster).
-type Redis struct {
+type Store struct {
 	client redis.UniversalClient
 	prefix string
 	owned  bool // Close closes client
 }
 
-var _ StoreCloser = (*Redis)(nil)
+var _ metadata.StoreCloser = (*Store)(nil)
 
 // putIfAbsentScript returns {1} when it stored ARGV[1], else {0, prev}.
 var putIfAbsentScript = redis.NewScript(`
@@ -49,25 +51,25 @@ end
 return 0
 `)
 
-// NewRedis returns a store that keeps its keys under prefix in client (a
+// New returns a store that keeps its keys under prefix in client (a
 // *redis.Client, *redis.ClusterClient or ring the application already has;
 // Close leaves it open). The prefix must not be empty, so the store never
 // shares keys with other data.
-func NewRedis(client redis.UniversalClient, prefix string) (*Redis, error) {
+func New(client redis.UniversalClient, prefix string) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("metadata: NewRedis: nil client")
 	}
 	if prefix == "" {
-		return nil, fmt.Errorf("%w: empty Redis prefix", ErrInvalidName)
+		return nil, fmt.Errorf("%w: empty Redis prefix", metadata.ErrInvalidName)
 	}
-	return &Redis{client: client, prefix: prefix}, nil
+	return &Store{client: client, prefix: prefix}, nil
 }
 
 // Prefix returns the key prefix.
-func (s *Redis) Prefix() string { return s.prefix }
+func (s *Store) Prefix() string { return s.prefix }
 
 // Get implements Store.
-func (s *Redis) Get(ctx context.Context, key string) (string, bool, error) {
+func (s *Store) Get(ctx context.Context, key string) (string, bool, error) {
 	sk, err := check(ctx, key)
 	if err != nil {
 		return "", false, err
@@ -83,7 +85,7 @@ func (s *Redis) Get(ctx context.Context, key string) (string, bool, error) {
 }
 
 // PutIfAbsent implements Store.
-func (s *Redis) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
+func (s *Store) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
 	sk, err := check(ctx, key, value)
 	if err != nil {
 		return "", false, err
@@ -106,7 +108,7 @@ func (s *Redis) PutIfAbsent(ctx context.Context, key, value string) (string, boo
 }
 
 // Replace implements Store.
-func (s *Redis) Replace(ctx context.Context, key, old, new string) (bool, error) {
+func (s *Store) Replace(ctx context.Context, key, old, new string) (bool, error) {
 	sk, err := check(ctx, key, old, new)
 	if err != nil {
 		return false, err
@@ -119,7 +121,7 @@ func (s *Redis) Replace(ctx context.Context, key, old, new string) (bool, error)
 }
 
 // Remove implements Remover.
-func (s *Redis) Remove(ctx context.Context, key, value string) (bool, error) {
+func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
 	sk, err := check(ctx, key, value)
 	if err != nil {
 		return false, err
@@ -133,7 +135,7 @@ func (s *Redis) Remove(ctx context.Context, key, value string) (bool, error) {
 
 // Close closes the client if Open created it; a client passed to NewRedis
 // is left open.
-func (s *Redis) Close() error {
+func (s *Store) Close() error {
 	if s.owned {
 		return s.client.Close()
 	}

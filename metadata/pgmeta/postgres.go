@@ -1,4 +1,4 @@
-package metadata
+package pgmeta
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acemq/msgaudit/metadata"
 )
 
 // DefaultTable is the table name Open uses for PostgreSQL and SQLite when
@@ -21,16 +23,16 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Z
 // quoteTable validates name and returns it quoted for SQL text.
 func quoteTable(name string) (string, error) {
 	if !tableName.MatchString(name) {
-		return "", fmt.Errorf("%w: table %q", ErrInvalidName, name)
+		return "", fmt.Errorf("%w: table %q", metadata.ErrInvalidName, name)
 	}
 	return pgx.Identifier(strings.Split(name, ".")).Sanitize(), nil
 }
 
-// Postgres is a Store in one PostgreSQL table (key bytea primary key, value
+// Store is a metadata.Store in one PostgreSQL table (key bytea primary key, value
 // bytea). Every operation is one statement; Replace is a single
 // UPDATE … WHERE value = old, which PostgreSQL re-checks on the newest row
 // version when two updates race, so exactly one of them wins.
-type Postgres struct {
+type Store struct {
 	pool  *pgxpool.Pool
 	table string // quoted
 	owned bool   // Close closes pool
@@ -38,12 +40,12 @@ type Postgres struct {
 	getSQL, putSQL, replaceSQL, removeSQL string
 }
 
-var _ StoreCloser = (*Postgres)(nil)
+var _ metadata.StoreCloser = (*Store)(nil)
 
-// NewPostgres returns a store on table (plain or schema.table) reached
+// New returns a store on table (plain or schema.table) reached
 // through pool, which the application may share with other work; Close
 // leaves it open. Call Migrate once to create the table.
-func NewPostgres(pool *pgxpool.Pool, table string) (*Postgres, error) {
+func New(pool *pgxpool.Pool, table string) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("metadata: NewPostgres: nil pool")
 	}
@@ -51,7 +53,7 @@ func NewPostgres(pool *pgxpool.Pool, table string) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Postgres{
+	return &Store{
 		pool:   pool,
 		table:  q,
 		getSQL: `SELECT value FROM ` + q + ` WHERE key = $1`,
@@ -70,7 +72,7 @@ SELECT false, value FROM ` + q + ` WHERE key = $1`,
 }
 
 // Migrate creates the table if it does not exist. It is idempotent.
-func (s *Postgres) Migrate(ctx context.Context) error {
+func (s *Store) Migrate(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
 	key bytea PRIMARY KEY,
 	value bytea NOT NULL,
@@ -83,7 +85,7 @@ func (s *Postgres) Migrate(ctx context.Context) error {
 }
 
 // Drop drops the table and everything in it (for tests and teardown).
-func (s *Postgres) Drop(ctx context.Context) error {
+func (s *Store) Drop(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+s.table); err != nil {
 		return fmt.Errorf("metadata: postgres drop: %w", err)
 	}
@@ -91,7 +93,7 @@ func (s *Postgres) Drop(ctx context.Context) error {
 }
 
 // Get implements Store.
-func (s *Postgres) Get(ctx context.Context, key string) (string, bool, error) {
+func (s *Store) Get(ctx context.Context, key string) (string, bool, error) {
 	sk, err := check(ctx, key)
 	if err != nil {
 		return "", false, err
@@ -108,7 +110,7 @@ func (s *Postgres) Get(ctx context.Context, key string) (string, bool, error) {
 }
 
 // PutIfAbsent implements Store.
-func (s *Postgres) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
+func (s *Store) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
 	sk, err := check(ctx, key, value)
 	if err != nil {
 		return "", false, err
@@ -138,7 +140,7 @@ func (s *Postgres) PutIfAbsent(ctx context.Context, key, value string) (string, 
 }
 
 // Replace implements Store.
-func (s *Postgres) Replace(ctx context.Context, key, old, new string) (bool, error) {
+func (s *Store) Replace(ctx context.Context, key, old, new string) (bool, error) {
 	sk, err := check(ctx, key, old, new)
 	if err != nil {
 		return false, err
@@ -151,7 +153,7 @@ func (s *Postgres) Replace(ctx context.Context, key, old, new string) (bool, err
 }
 
 // Remove implements Remover.
-func (s *Postgres) Remove(ctx context.Context, key, value string) (bool, error) {
+func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
 	sk, err := check(ctx, key, value)
 	if err != nil {
 		return false, err
@@ -165,7 +167,7 @@ func (s *Postgres) Remove(ctx context.Context, key, value string) (bool, error) 
 
 // Close closes the pool if Open created it; a pool passed to NewPostgres is
 // left open.
-func (s *Postgres) Close() error {
+func (s *Store) Close() error {
 	if s.owned {
 		s.pool.Close()
 	}

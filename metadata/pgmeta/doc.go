@@ -1,0 +1,63 @@
+// Package pgmeta is the PostgreSQL backend of package metadata (pgx v5).
+// Importing it registers the "postgres" and "postgresql" schemes with
+// metadata.Open:
+//
+//	import _ "github.com/acemq/msgaudit/metadata/pgmeta"
+//
+//	s, err := metadata.Open(ctx, "postgres://app@db/app?msgaudit_table=meta")
+//
+// New uses a pool the caller made (for a client certificate, say).
+package pgmeta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acemq/msgaudit/internal/metaurl"
+	"github.com/acemq/msgaudit/metadata"
+)
+
+func init() {
+	metadata.Register("postgres", openPostgresURL)
+	metadata.Register("postgresql", openPostgresURL)
+}
+
+func openPostgresURL(ctx context.Context, rawURL string) (metadata.StoreCloser, error) {
+	table, rest, err := metaurl.CutParam(rawURL, metaurl.TableParam, DefaultTable)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(rest)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: cannot parse PostgreSQL URL", metadata.ErrUnsupportedURL, metadata.RedactURL(rawURL))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: postgres %s: %w", metadata.RedactURL(rawURL), err)
+	}
+	s, err := New(pool, table)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.owned = true
+	if err := s.Migrate(ctx); err != nil {
+		pool.Close()
+		// Migrate's error already says "metadata: postgres migrate: ";
+		// keep its cause under one prefix.
+		cause := errors.Unwrap(err)
+		if cause == nil {
+			cause = err
+		}
+		return nil, fmt.Errorf("metadata: postgres %s: migrate: %w", metadata.RedactURL(rawURL), cause)
+	}
+	return s, nil
+}
+
+// check is metadata.CheckArgs.
+func check(ctx context.Context, key string, values ...string) (string, error) {
+	return metadata.CheckArgs(ctx, key, values...)
+}

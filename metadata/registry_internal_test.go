@@ -1,0 +1,46 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestOpenWithoutBackend: with no backend registered, a scheme this module
+// serves is ErrUnsupportedURL naming the package to import, without the
+// password. It swaps the registry, so it is not parallel.
+func TestOpenWithoutBackend(t *testing.T) {
+	registry.Lock()
+	saved := registry.m
+	registry.m = map[string]Opener{}
+	registry.Unlock()
+	defer func() {
+		registry.Lock()
+		registry.m = saved
+		registry.Unlock()
+	}()
+	cases := []struct{ url, pkg string }{
+		{"sqlite:/tmp/m.db", "metadata/sqlitemeta"},
+		{"redis://u:s3cretpw@127.0.0.1:1/0", "metadata/redismeta"},
+		{"rediss://:s3cretpw@127.0.0.1:1", "metadata/redismeta"},
+		{"Postgres://postgres:s3cretpw@127.0.0.1:1/test", "metadata/pgmeta"},
+		{"postgresql://127.0.0.1:1/test?password=s3cretpw", "metadata/pgmeta"},
+	}
+	for _, tc := range cases {
+		s, err := Open(context.Background(), tc.url)
+		if !errors.Is(err, ErrUnsupportedURL) || s != nil {
+			t.Errorf("Open(%q) = %v, %v; want ErrUnsupportedURL", RedactURL(tc.url), s, err)
+			continue
+		}
+		if want := `import _ "github.com/acemq/msgaudit/` + tc.pkg + `"`; !strings.Contains(err.Error(), want) {
+			t.Errorf("Open(%q) error %q does not say %s", RedactURL(tc.url), err, want)
+		}
+		if strings.Contains(err.Error(), "s3cretpw") {
+			t.Errorf("Open error leaks the password: %v", err)
+		}
+	}
+	if got := strings.Join(Schemes(), ","); got != "memory" {
+		t.Errorf("Schemes() with nothing registered = %s, want memory", got)
+	}
+}
