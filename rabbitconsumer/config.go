@@ -198,8 +198,8 @@ type Config struct {
 	MissingKey      receiver.MissingKeyPolicy
 
 	// Metrics receives the receiver's counters (and Reconnects); nil means
-	// a new one (Consumer.Metrics). Export it with
-	// Metrics.Collector("amqp").
+	// a new one (Consumer.Metrics). Export it to Prometheus with
+	// promexport.Receiver(Metrics.Snapshot, "amqp").
 	Metrics *receiver.Metrics
 
 	// DeadLetterExchange and DeadLetterRoutingKey are where dead-lettered

@@ -100,7 +100,8 @@ func New(cfg Config) (*Consumer, error) {
 }
 
 // Metrics returns the pipeline's counters (shared with the Receiver).
-// Export them with Metrics().Collector("amqp").
+// Export them to Prometheus with
+// promexport.Receiver(c.Metrics().Snapshot, "amqp").
 func (c *Consumer) Metrics() *receiver.Metrics { return c.metrics }
 
 // Receiver returns the duplicate pipeline of the current or last Run (nil

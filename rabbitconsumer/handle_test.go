@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/promexport"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -272,7 +273,7 @@ func TestCollector(t *testing.T) {
 	g.deliver(amqp.Delivery{MessageId: "a"})
 	g.deliver(amqp.Delivery{MessageId: "a"})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(g.c.Metrics().Collector("amqp"))
+	reg.MustRegister(promexport.Receiver(g.c.Metrics().Snapshot, "amqp"))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/promexport"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -147,7 +148,7 @@ func TestProducerChurnFlood(t *testing.T) {
 		t.Errorf("audit stats %+v: want recent evictions > 0, evictions >= %d, producers <= 64", s.Audit, flood-64)
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(g.metrics.Collector("model"))
+	reg.MustRegister(promexport.Receiver(g.metrics.Snapshot, "model"))
 	got := gathered(t, reg)
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/connaudit"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // storeBuckets are the upper bounds of the store latency histogram.
@@ -185,6 +184,9 @@ type Snapshot struct {
 	StoreCalls                                                            uint64
 	StoreLatency                                                          time.Duration // total
 	StoreBuckets                                                          []uint64      // per bound of StoreBucketBounds, not cumulative
+	// Audited reports whether a connection audit reports to these
+	// Metrics; exporters leave the Audit counters out until one does.
+	Audited bool
 	// Audit sums the counters of the connection audits that report to
 	// these Metrics (see AuditStatsReporter, ConnAuditMetrics), read when
 	// the snapshot is taken; zero without one. Audit.RecentEvictions
@@ -228,113 +230,6 @@ func (m *Metrics) Snapshot() Snapshot {
 		s.StoreBuckets[i] = m.StoreBuckets[i].Load()
 	}
 	s.Audit = m.auditStats()
+	s.Audited = m.audited()
 	return s
-}
-
-// Collector returns a prometheus.Collector exporting m under the metric
-// names msgaudit_receiver_*, with the constant label transport (e.g.
-// "stomp", "amqp", "model"). Several collectors with different transport
-// values may be registered in one registry. The connection audit's
-// counters (msgaudit_receiver_audit_*: evictions, recent evictions,
-// malformed, too long and too old ids as counters; producers, queue and
-// topic audits as gauges) are read at scrape time, zero when no audit
-// reports to m: they are exported only once one does.
-func (m *Metrics) Collector(transport string) prometheus.Collector {
-	labels := prometheus.Labels{"transport": transport}
-	c := &collector{m: m}
-	add := func(name, help string, read func(Snapshot) uint64) {
-		c.counters = append(c.counters, counterDesc{
-			desc: prometheus.NewDesc("msgaudit_receiver_"+name, help, nil, labels), read: read})
-	}
-	add("delivered_total", "Deliveries handed to the receiver.", func(s Snapshot) uint64 { return s.Delivered })
-	add("redelivered_total", "Deliveries carrying the broker's redelivered flag.", func(s Snapshot) uint64 { return s.Redelivered })
-	add("processed_total", "Handler successes acknowledged as new work.", func(s Snapshot) uint64 { return s.Processed })
-	add("retries_total", "Deliveries handed back for a retry.", func(s Snapshot) uint64 { return s.Retries })
-	add("dead_lettered_total", "Deliveries dead-lettered.", func(s Snapshot) uint64 { return s.DeadLettered })
-	add("handler_errors_total", "Handler errors, panics included.", func(s Snapshot) uint64 { return s.HandlerErrors })
-	add("panics_total", "Recovered handler panics.", func(s Snapshot) uint64 { return s.Panics })
-	add("reconnects_total", "Transport reconnects.", func(s Snapshot) uint64 { return s.Reconnects })
-	add("missing_keys_total", "Deliveries without a usable idempotency key.", func(s Snapshot) uint64 { return s.MissingKeys })
-	add("too_old_fail_open_total", "Ids below the audit window treated as new without a durable store.", func(s Snapshot) uint64 { return s.TooOldFailOpen })
-	add("audit_bypass_total", "Keys the audit could not parse, checked by the store only.", func(s Snapshot) uint64 { return s.AuditBypass })
-	add("store_errors_total", "Failed idempotency store calls.", func(s Snapshot) uint64 { return s.StoreErrors })
-	add("settle_errors_total", "Failed settlements (confirm errors).", func(s Snapshot) uint64 { return s.SettleErrors })
-	add("forgotten_total", "Audit bits rolled back for deliveries that come back unrun.", func(s Snapshot) uint64 { return s.Forgotten })
-	auditFrom := len(c.counters)
-	add("audit_evictions_total", "Producers evicted from the connection audit to make room.", func(s Snapshot) uint64 { return s.Audit.Evictions })
-	add("audit_recent_evictions_total", "Producers evicted while still active within their window (producer churn: raise MaxProducers or investigate a producer-key flood).", func(s Snapshot) uint64 { return s.Audit.RecentEvictions })
-	add("audit_malformed_total", "Ids rejected by the connection audit as malformed.", func(s Snapshot) uint64 { return s.Audit.Malformed })
-	add("audit_too_long_total", "Ids rejected by the connection audit for exceeding MaxIDLength.", func(s Snapshot) uint64 { return s.Audit.TooLong })
-	add("audit_too_old_total", "Ids below their producer's audit window.", func(s Snapshot) uint64 { return s.Audit.TooOld })
-	for i := auditFrom; i < len(c.counters); i++ {
-		c.counters[i].audit = true
-	}
-	gauge := func(name, help string, read func(Snapshot) int) {
-		c.gauges = append(c.gauges, gaugeDesc{
-			desc: prometheus.NewDesc("msgaudit_receiver_"+name, help, nil, labels), read: read})
-	}
-	gauge("audit_producers", "Producers tracked by the connection audit now.", func(s Snapshot) int { return s.Audit.Producers })
-	gauge("audit_queues", "Queue audits of the connection audit now.", func(s Snapshot) int { return s.Audit.Queues })
-	gauge("audit_topics", "Topic audits of the connection audit now.", func(s Snapshot) int { return s.Audit.Topics })
-	c.dup = prometheus.NewDesc("msgaudit_receiver_duplicates_total", "Duplicates absorbed, by the tier that knew.",
-		[]string{"reason"}, labels)
-	c.lat = prometheus.NewDesc("msgaudit_receiver_store_latency_seconds", "Latency of idempotency store calls.", nil, labels)
-	return c
-}
-
-type counterDesc struct {
-	desc  *prometheus.Desc
-	read  func(Snapshot) uint64
-	audit bool // exported only when an audit reports to the Metrics
-}
-
-type gaugeDesc struct {
-	desc *prometheus.Desc
-	read func(Snapshot) int
-}
-
-type collector struct {
-	m        *Metrics
-	counters []counterDesc
-	gauges   []gaugeDesc
-	dup, lat *prometheus.Desc
-}
-
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.counters {
-		ch <- d.desc
-	}
-	for _, d := range c.gauges {
-		ch <- d.desc
-	}
-	ch <- c.dup
-	ch <- c.lat
-}
-
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.m.Snapshot()
-	audited := c.m.audited()
-	for _, d := range c.counters {
-		if !d.audit || audited {
-			ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.read(s)))
-		}
-	}
-	if audited {
-		for _, d := range c.gauges {
-			ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, float64(d.read(s)))
-		}
-	}
-	for _, r := range []struct {
-		reason string
-		v      uint64
-	}{{"audit", s.DuplicatesAudit}, {"store", s.DuplicatesStore}, {"in-flight", s.DuplicatesInFlight}, {"other", s.DuplicatesOther}} {
-		ch <- prometheus.MustNewConstMetric(c.dup, prometheus.CounterValue, float64(r.v), r.reason)
-	}
-	buckets := make(map[float64]uint64, len(storeBuckets))
-	var cum uint64
-	for i, b := range storeBuckets {
-		cum += s.StoreBuckets[i]
-		buckets[b.Seconds()] = cum
-	}
-	ch <- prometheus.MustNewConstHistogram(c.lat, s.StoreCalls, s.StoreLatency.Seconds(), buckets)
 }

@@ -3,6 +3,7 @@ package receiver_test
 import (
 	"testing"
 
+	"github.com/acemq/msgaudit/promexport"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -48,7 +49,7 @@ func TestCollector(t *testing.T) {
 	amqp.Delivered.Add(5)
 
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(stomp.Collector("stomp"), amqp.Collector("amqp"))
+	reg.MustRegister(promexport.Receiver(stomp.Snapshot, "stomp"), promexport.Receiver(amqp.Snapshot, "amqp"))
 	got := gathered(t, reg)
 	for k, want := range map[string]float64{
 		"msgaudit_receiver_delivered_total{transport=amqp}":                   5,

@@ -270,8 +270,9 @@ func CarriedKey(f receiver.KeyFunc) receiver.KeyFunc {
 // Receiver returns the duplicate pipeline the consumer runs.
 func (c *Consumer) Receiver() *receiver.Receiver { return c.rcv }
 
-// Metrics returns the pipeline's counters (expose them with
-// Metrics().Collector("stomp")).
+// Metrics returns the pipeline's counters (expose them to Prometheus with
+// promexport.Receiver(c.Metrics().Snapshot, "stomp"), and the transport's
+// with promexport.STOMP(c.Stats)).
 func (c *Consumer) Metrics() *receiver.Metrics { return c.metrics }
 
 // Stats returns a snapshot of the transport counters.
