@@ -1,0 +1,213 @@
+package archtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/acemq/msgaudit"
+
+// heavy are the dependencies a program pays for only when it imports a
+// backend or an exporter: the database drivers and the Prometheus client.
+var heavy = []string{
+	"github.com/jackc/pgx/",
+	"github.com/redis/go-redis/",
+	"modernc.org/sqlite",
+	"github.com/prometheus/",
+}
+
+// light are the packages that must not depend on any of heavy, directly
+// or through another package.
+var light = []string{
+	"msgid", "bitsetbin", "audit", "connaudit",
+	"idempotency", "metadata",
+	"receiver", "inbox",
+	"stompconsumer", "rabbitconsumer",
+}
+
+// layers ranks every package of the module (paths relative to the
+// module). A package may import a module package of a strictly lower rank
+// only; see docs/architecture.md for what each layer is.
+var layers = map[string]float64{
+	// Helpers that import nothing of the module.
+	"internal/redact": 0, "internal/nilcheck": 0, "internal/snapframe": 0,
+	"internal/tlsconf": 0, "internal/testenv": 0, "internal/tcpproxy": 0,
+	"internal/readmecheck": 0, "internal/cmd/testsummary": 0, "internal/archtest": 0,
+	// Core: msgid → bitsetbin → audit → connaudit.
+	"msgid": 1.0, "bitsetbin": 1.1, "audit": 1.2, "audit/audittest": 1.25, "connaudit": 1.3,
+	// Store interfaces, their memory stores and conformance suites.
+	"idempotency": 2, "metadata": 2,
+	"idempotency/storetest": 2.5, "metadata/storetest": 2.5,
+	// The pipeline.
+	"receiver": 3,
+	// The transactional inbox (database/sql, no driver).
+	"internal/inboxsql": 3.5, "inbox": 4,
+	// Backends: one driver each, never each other.
+	"internal/metaurl": 4.5,
+	"idempotency/sqlitestore": 5, "idempotency/redisstore": 5, "idempotency/pgstore": 5,
+	"metadata/sqlitemeta": 5, "metadata/redismeta": 5, "metadata/pgmeta": 5,
+	"inbox/pgxinbox": 5,
+	// Transports.
+	"stompconsumer": 6, "rabbitconsumer": 6,
+	// Exporters.
+	"promexport": 7,
+	// Tools.
+	"internal/benchkit": 8, "tune": 9, "bench": 9, "brokermodel": 9,
+	"cmd/msgaudit": 10,
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Module     *struct{ Path string }
+	Standard   bool
+}
+
+// list runs go list -deps -json on patterns and returns the packages by
+// import path.
+func list(t *testing.T, patterns ...string) map[string]*pkg {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command in PATH")
+	}
+	cmd := exec.Command(gobin, append([]string{"list", "-deps", "-json=ImportPath,Imports,Module,Standard"}, patterns...)...)
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	pkgs := map[string]*pkg{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		pkgs[p.ImportPath] = &p
+	}
+	return pkgs
+}
+
+// chain returns the import path from root to target ("a → b → c"), or ""
+// when root does not reach target.
+func chain(pkgs map[string]*pkg, root, target string) string {
+	prev := map[string]string{root: ""}
+	queue := []string{root}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		if cur == target {
+			var path []string
+			for p := target; p != ""; p = prev[p] {
+				path = append(path, p)
+			}
+			for i, j := 0, len(path)-1; i < j; i, j = i+1, j-1 {
+				path[i], path[j] = path[j], path[i]
+			}
+			return strings.Join(path, " → ")
+		}
+		p := pkgs[cur]
+		if p == nil {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if _, seen := prev[imp]; !seen {
+				prev[imp] = cur
+				queue = append(queue, imp)
+			}
+		}
+	}
+	return ""
+}
+
+// TestLightPackagesLinkNoDriver: the pipeline, the transports and the
+// core link no database driver and no Prometheus client; those come only
+// with the backend and exporter packages a program imports.
+func TestLightPackagesLinkNoDriver(t *testing.T) {
+	var patterns []string
+	for _, p := range light {
+		patterns = append(patterns, module+"/"+p)
+	}
+	pkgs := list(t, patterns...)
+	for _, p := range light {
+		root := module + "/" + p
+		if pkgs[root] == nil {
+			t.Errorf("go list did not report %s", root)
+			continue
+		}
+		var bad []string
+		for path := range pkgs {
+			for _, h := range heavy {
+				if strings.HasPrefix(path, h) {
+					if c := chain(pkgs, root, path); c != "" {
+						bad = append(bad, c)
+					}
+				}
+			}
+		}
+		sort.Strings(bad)
+		// One chain per heavy dependency is enough to find the culprit.
+		shown := map[string]bool{}
+		for _, c := range bad {
+			for _, h := range heavy {
+				if strings.Contains(c, h) && !shown[h] {
+					shown[h] = true
+					t.Errorf("%s depends on %s: %s", p, strings.TrimSuffix(h, "/"), c)
+				}
+			}
+		}
+	}
+}
+
+// TestLayers: every package of the module has a layer, and imports module
+// packages of lower layers only.
+func TestLayers(t *testing.T) {
+	pkgs := list(t, module+"/...")
+	rel := func(path string) (string, bool) {
+		if path == module {
+			return "", true
+		}
+		r, ok := strings.CutPrefix(path, module+"/")
+		return r, ok
+	}
+	for path, p := range pkgs {
+		from, ok := rel(path)
+		if !ok || p.Standard {
+			continue
+		}
+		lf, known := layers[from]
+		if !known {
+			t.Errorf("package %s has no layer: add it to layers here and to docs/architecture.md", from)
+			continue
+		}
+		for _, imp := range p.Imports {
+			to, ok := rel(imp)
+			if !ok {
+				continue
+			}
+			lt, known := layers[to]
+			if known && lt >= lf {
+				t.Errorf("%s (layer %v) imports %s (layer %v): a package may import lower layers only", from, lf, to, lt)
+			}
+		}
+	}
+	for name := range layers {
+		if pkgs[module+"/"+name] == nil {
+			t.Errorf("layers names %s, which go list does not know: remove it", name)
+		}
+	}
+	if t.Failed() {
+		t.Logf("%d packages checked", len(pkgs))
+	}
+}
