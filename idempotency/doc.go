@@ -37,9 +37,16 @@
 //
 // # Backends
 //
-// Memory (one process, for tests), SQLite (embedded, durable, the
-// default for one machine), Redis and PostgreSQL (shared by several
-// consumer machines). Open picks one from a URL. The stores that keep time
+// Memory (one process, for tests) lives here. The durable backends are
+// packages of their own, so a program links only the drivers it uses:
+// sqlitestore (embedded, durable, the default for one machine), redisstore
+// and pgstore (shared by several consumer machines). Open picks one from a
+// URL once its package is imported, as database/sql picks a driver:
+//
+//	import _ "github.com/acemq/msgaudit/idempotency/redisstore"
+//
+// and a scheme whose package is missing is an error naming it. A backend
+// outside this module registers with Register. The stores that keep time
 // themselves (Memory, SQLite) read Options.Clock; Redis and PostgreSQL
 // use their server's clock. Every backend passes the same conformance
 // suite, package storetest.
@@ -53,7 +60,7 @@
 //
 // # Concurrency
 //
-// Every Store in this package is safe for concurrent use by any number of
+// Every Store of this package and its backends is safe for concurrent use by any number of
 // goroutines (and, for SQLite, Redis and PostgreSQL, processes). Exactly
 // one caller holds a live claim on a key at any time. A cancelled or
 // expired context returns ctx.Err(); when it was already done at the call,

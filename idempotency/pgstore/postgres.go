@@ -68,7 +68,7 @@ var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?(
 // again, so only do it where running twice is tolerable.
 //
 // A Store is safe for concurrent use. It owns its pool only when it was
-// opened by URL (OpenPostgresURL, Open); a store made with OpenPostgres
+// opened by URL (Open); a store made with New
 // leaves the pool to its caller, and Close does not close it.
 type Store struct {
 	pool     *pgxpool.Pool
@@ -86,7 +86,7 @@ type Store struct {
 
 // New returns a store on table in pool. table is a plain identifier
 // (letters, digits, '_'; at most 48 bytes), optionally qualified by a schema
-// ("audit.idempotency"); it is quoted, so it is case-sensitive. OpenPostgres
+// ("audit.idempotency"); it is quoted, so it is case-sensitive. New
 // does no I/O: call Migrate once to create the table. The caller keeps
 // ownership of pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Options) (*Store, error) {
@@ -252,7 +252,7 @@ func (p *Store) migrate(ctx context.Context) error {
 // leaves out. The query parameter msgaudit_table names the table (default
 // DefaultPostgresTable) and is removed before pgx sees the URL. For a TLS
 // configuration a URL cannot express, build the pool with pgxpool.ParseConfig
-// and NewWithConfig and call OpenPostgres.
+// and NewWithConfig and call New.
 //
 // Errors name the URL with its password redacted; the password never
 // appears in them.
@@ -473,7 +473,7 @@ func (p *Store) Purge(ctx context.Context, batch int) (int64, error) {
 }
 
 // Close marks the store closed (later calls return ErrClosed) and closes the
-// pool if the store created it (OpenPostgresURL, Open).
+// pool if the store created it (Open).
 func (p *Store) Close() error {
 	if p.closed.Swap(true) {
 		return nil

@@ -108,7 +108,7 @@ return 0
 // GET.
 //
 // A Store is safe for concurrent use. It owns its client only when it was
-// opened by URL (NewRedisURL, Open); a store made with NewRedis leaves the
+// opened by URL (Open); a store made with New leaves the
 // client to its caller, and Close does not close it.
 type Store struct {
 	client     redis.UniversalClient
@@ -122,7 +122,7 @@ type Store struct {
 
 // New returns a store that keeps its keys under prefix (for example
 // "orders:idempotency:") in client. The caller keeps ownership of client:
-// Close leaves it open. NewRedis does no I/O; the first operation reports a
+// Close leaves it open. New does no I/O; the first operation reports a
 // server that cannot be reached. Every operation checks its context before
 // sending; a context deadline also bounds a command in flight only when the
 // client was made with ContextTimeoutEnabled (otherwise its read and write
@@ -317,8 +317,8 @@ func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 }
 
 // Close marks the store closed (later calls return ErrClosed) and closes
-// the client if the store created it (NewRedisURL, Open); a client passed to
-// NewRedis stays open.
+// the client if the store created it (Open); a client passed to
+// New stays open.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) || !s.ownsClient {
 		return nil

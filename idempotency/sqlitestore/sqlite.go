@@ -56,7 +56,7 @@ const (
 	sqlitePurge       = `DELETE FROM ` + SQLiteTable + ` WHERE key IN (SELECT key FROM ` + SQLiteTable + ` WHERE expires_at <= ?1 LIMIT ?2)`
 )
 
-// sqliteDefaults are the pragmas OpenSQLite sets unless the path's own
+// sqliteDefaults are the pragmas Open sets unless the path's own
 // query string sets the same pragma.
 var sqliteDefaults = []struct{ name, param string }{
 	{"journal_mode", "_pragma=journal_mode(WAL)"},

@@ -67,6 +67,13 @@ var imports = map[string]string{
 	"rabbitconsumer": "github.com/acemq/msgaudit/rabbitconsumer", "stompconsumer": "github.com/acemq/msgaudit/stompconsumer",
 	"tune": "github.com/acemq/msgaudit/tune", "amqp": "github.com/rabbitmq/amqp091-go",
 	"inbox": "github.com/acemq/msgaudit/inbox", "pgxinbox": "github.com/acemq/msgaudit/inbox/pgxinbox",
+	"sqlitestore": "github.com/acemq/msgaudit/idempotency/sqlitestore",
+	"redisstore":  "github.com/acemq/msgaudit/idempotency/redisstore",
+	"pgstore":     "github.com/acemq/msgaudit/idempotency/pgstore",
+	"sqlitemeta":  "github.com/acemq/msgaudit/metadata/sqlitemeta",
+	"redismeta":   "github.com/acemq/msgaudit/metadata/redismeta",
+	"pgmeta":      "github.com/acemq/msgaudit/metadata/pgmeta",
+	"promexport":  "github.com/acemq/msgaudit/promexport", "prometheus": "github.com/prometheus/client_golang/prometheus",
 	"sql": "database/sql", "pgx": "github.com/jackc/pgx/v5", "pgxpool": "github.com/jackc/pgx/v5/pgxpool",
 	"context": "context", "errors": "errors", "fmt": "fmt", "os": "os", "slog": "log/slog", "time": "time",
 }
@@ -82,6 +89,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/receiver"
+	"github.com/acemq/msgaudit/stompconsumer"
 )
 
 // apply and handle are the application's message handlers.
@@ -98,10 +106,11 @@ var (
 	msgID, id string                // a message id
 	body      []byte                // a message body
 	store     idempotency.Store     // the store opened in "Idempotency stores"
+	c         *stompconsumer.Consumer // the consumer built in "Embedding the STOMP consumer"
 )
 
 var _, _, _, _, _, _ = apply, handle, saveOrder, work, msgID, body
-var _, _ = id, store
+var _, _, _ = id, store, c
 `
 
 // generate writes the package the blocks compile in: each block is the
@@ -169,6 +178,8 @@ func anyExported(pkg string) string {
 		"receiver": "New", "rabbitconsumer": "New", "stompconsumer": "New", "tune": "Read", "amqp": "Dial",
 		"inbox": "New", "pgxinbox": "New", "sql": "Open", "pgx": "Connect", "pgxpool": "New",
 		"context": "Background", "errors": "New", "fmt": "Sprint", "os": "Getenv", "slog": "Default", "time": "Now",
+		"sqlitestore": "Open", "redisstore": "New", "pgstore": "New", "sqlitemeta": "Open", "redismeta": "New", "pgmeta": "New",
+		"promexport": "Receiver", "prometheus": "NewRegistry",
 	}[pkg]
 }
 

@@ -165,7 +165,7 @@ func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
 	return tag.RowsAffected() == 1, nil
 }
 
-// Close closes the pool if Open created it; a pool passed to NewPostgres is
+// Close closes the pool if Open created it; a pool passed to New is
 // left open.
 func (s *Store) Close() error {
 	if s.owned {

@@ -133,7 +133,7 @@ func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
 	return n == 1, nil
 }
 
-// Close closes the client if Open created it; a client passed to NewRedis
+// Close closes the client if Open created it; a client passed to New
 // is left open.
 func (s *Store) Close() error {
 	if s.owned {

@@ -180,8 +180,8 @@ func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
 	return n == 1, nil
 }
 
-// Close closes the database if OpenSQLite or Open opened it; a db passed to
-// NewSQLite is left open.
+// Close closes the database if Open opened it; a db passed to
+// New is left open.
 func (s *Store) Close() error {
 	if s.owned {
 		return s.db.Close()
