@@ -39,6 +39,7 @@ func TestStoreChoice(t *testing.T) {
 		{"store URL and MemoryOnly", Config{StoreURL: "memory", MemoryOnly: true}, "MemoryOnly set together with a store"},
 		{"store", Config{Store: mem}, ""},
 		{"store URL", Config{StoreURL: "redis://127.0.0.1:6379/0"}, ""},
+		{"store URL with no backend", Config{StoreURL: "mysql://u:pw@127.0.0.1/db"}, `StoreURL: idempotency: unsupported store URL: "mysql:…"`},
 		{"MemoryOnly", Config{MemoryOnly: true}, ""},
 		{"prebuilt receiver", Config{Receiver: rcv}, ""},
 	} {
