@@ -3,7 +3,6 @@ package idempotency_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
-	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 )
 
 // benchPairs measures TryClaim + Confirm pairs, each on a new key (the
@@ -118,36 +116,4 @@ func benchDuplicate(b *testing.B, s idempotency.Store) {
 	if cpu1, ok := processCPU(); ok && cpuOK {
 		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
 	}
-}
-
-// BenchmarkSQLiteTryClaimConfirm: pairs on a file in b.TempDir(), with the
-// default synchronous=FULL (two disk syncs per pair: the claim's commit
-// and the confirmation's) and with synchronous=NORMAL (WAL syncs only at
-// checkpoints).
-func BenchmarkSQLiteTryClaimConfirm(b *testing.B) {
-	for _, sync := range []string{"full", "normal"} {
-		for _, g := range []int{1, 16} {
-			b.Run(fmt.Sprintf("sync=%s/goroutines=%d", sync, g), func(b *testing.B) {
-				path := filepath.Join(b.TempDir(), "bench.db")
-				if sync == "normal" {
-					path += "?_pragma=synchronous(NORMAL)"
-				}
-				s, err := sqlitestore.Open(context.Background(), path, idempotency.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
-				benchPairs(b, s, g, 0, nil)
-			})
-		}
-	}
-}
-
-// BenchmarkSQLiteTryClaimDuplicate: TryClaim of a confirmed key (one read).
-func BenchmarkSQLiteTryClaimDuplicate(b *testing.B) {
-	s, err := sqlitestore.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), idempotency.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchDuplicate(b, s)
 }
