@@ -1,9 +1,13 @@
 // Package stompconsumer is an at-least-once STOMP consumer for ActiveMQ
-// Classic that never applies a message twice and never loses one. It runs
+// Classic that never loses a message and absorbs its redeliveries. It runs
 // every delivery through the duplicate pipeline of package receiver (the
-// connection audit, the in-flight/outcome table, an optional durable
-// idempotency store) and settles it with the broker in the order that
-// keeps both promises.
+// connection audit, the in-flight/outcome table, then a transactional
+// inbox (Config.Inbox) or an idempotency store (Config.Store)) and settles
+// it with the broker only after the work is recorded. With the inbox, whose
+// key commits in the handler's own database transaction, no message is
+// applied twice even when the process is killed; with an external store, a
+// crash between the handler's effect and the store's confirm can apply a
+// message again once its claim lapses (see package inbox).
 //
 // # Connections
 //
