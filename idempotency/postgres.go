@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -259,6 +261,11 @@ func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, 
 		return nil, err
 	}
 	red := RedactURL(rawURL)
+	if strings.Contains(rawURL, "://") {
+		if _, err := redact.ParseURL(rawURL); err != nil {
+			return nil, fmt.Errorf("idempotency: postgres: %w", err)
+		}
+	}
 	clean, table, found, err := cutQueryParam(rawURL, postgresTableParam)
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, err), rawURL)
@@ -273,7 +280,7 @@ func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, 
 	}
 	cfg, err := pgxpool.ParseConfig(clean)
 	if err != nil {
-		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, unwrapURLError(err)), rawURL)
+		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, pgParseError(err)), rawURL)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -294,6 +301,36 @@ func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, 
 	}
 	return p, nil
 }
+
+// pgParseError keeps what pgx's parse error says is wrong and drops the
+// connection string it quotes: pgx masks passwords there by patterns that
+// miss some (a quoted password holding an escaped quote), so only the text
+// after the quoted string is kept (and then redacted by the caller). The
+// error still wraps err.
+func pgParseError(err error) error {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return unwrapURLError(err)
+	}
+	msg := pe.Error()
+	reason := "cannot parse"
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		reason = msg[i+len("`: "):]
+	}
+	return &reasonError{reason: reason, err: err}
+}
+
+// reasonError prints reason and wraps err.
+type reasonError struct {
+	reason string
+	err    error
+}
+
+func (e *reasonError) Error() string { return e.reason }
+
+// Unwrap returns the cause of the wrapped parse error, not the parse error
+// itself, whose message quotes the connection string.
+func (e *reasonError) Unwrap() error { return errors.Unwrap(e.err) }
 
 // openPostgresURL is Open's entry for postgres:// and postgresql:// URLs.
 func openPostgresURL(ctx context.Context, rawURL string, o Options) (Store, error) {

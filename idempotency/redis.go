@@ -161,6 +161,9 @@ func NewRedisURL(ctx context.Context, rawURL string, o Options, tlsConfig *tls.C
 		return nil, err
 	}
 	red := RedactURL(rawURL)
+	if _, err := redact.ParseURL(rawURL); err != nil {
+		return nil, fmt.Errorf("idempotency: redis: %w", err)
+	}
 	clean, prefix, err := splitRedisURL(rawURL)
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: redis URL %s: %w", red, err), rawURL)
