@@ -36,6 +36,11 @@ const postgresIndexSuffix = "_expires_at_idx"
 // 63-byte identifier limit.
 var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z_][A-Za-z0-9_]{0,47})$`)
 
+// postgresTempSchemaRE matches the schemas that are private to a session
+// (pg_temp, its numbered forms, their TOAST schemas), in any case: a table
+// there is not shared by the connections of a pool, nor by two consumers.
+var postgresTempSchemaRE = regexp.MustCompile(`(?i)^pg_(toast_)?temp(_[0-9]+)?$`)
+
 // Postgres is a Store on one PostgreSQL table through pgx v5 (pgxpool):
 //
 //	key        text PRIMARY KEY   -- Key.StorageKey(MaxKeyLength)
@@ -86,7 +91,9 @@ type Postgres struct {
 
 // OpenPostgres returns a store on table in pool. table is a plain identifier
 // (letters, digits, '_'; at most 48 bytes), optionally qualified by a schema
-// ("audit.idempotency"); it is quoted, so it is case-sensitive. OpenPostgres
+// ("audit.idempotency"); it is quoted, so it is case-sensitive. A temporary
+// schema (pg_temp, pg_temp_N) is refused: each connection of the pool
+// would have its own table there. OpenPostgres
 // does no I/O: call Migrate once to create the table. The caller keeps
 // ownership of pool: Close leaves it open.
 func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, table string, o Options) (*Postgres, error) {
@@ -103,6 +110,9 @@ func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, table string, o Optio
 	m := postgresTableRE.FindStringSubmatch(table)
 	if m == nil {
 		return nil, fmt.Errorf("idempotency: invalid PostgreSQL table name %q (want [schema.]name of letters, digits and '_', name at most 48 bytes)", table)
+	}
+	if postgresTempSchemaRE.MatchString(m[1]) {
+		return nil, fmt.Errorf("idempotency: PostgreSQL table %q is in a temporary schema: every pooled connection would see a table of its own, and nothing would be deduplicated", table)
 	}
 	ident := pgx.Identifier{m[2]}
 	if m[1] != "" {
