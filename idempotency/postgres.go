@@ -36,6 +36,12 @@ const postgresIndexSuffix = "_expires_at_idx"
 // 63-byte identifier limit.
 var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z_][A-Za-z0-9_]{0,47})$`)
 
+// MaxPostgresKeyLength is the largest Options.MaxKeyLength the PostgreSQL
+// store accepts: a B-tree index entry holds at most about 2700 bytes (a
+// third of an 8 KiB page), and a longer verbatim key fails with "index row
+// size exceeds maximum" instead of being hashed.
+const MaxPostgresKeyLength = 2048
+
 // postgresTempSchemaRE matches the schemas that are private to a session
 // (pg_temp, its numbered forms, their TOAST schemas), in any case: a table
 // there is not shared by the connections of a pool, nor by two consumers.
@@ -93,7 +99,8 @@ type Postgres struct {
 // (letters, digits, '_'; at most 48 bytes), optionally qualified by a schema
 // ("audit.idempotency"); it is quoted, so it is case-sensitive. A temporary
 // schema (pg_temp, pg_temp_N) is refused: each connection of the pool
-// would have its own table there. OpenPostgres
+// would have its own table there. o.MaxKeyLength must not exceed
+// MaxPostgresKeyLength. OpenPostgres
 // does no I/O: call Migrate once to create the table. The caller keeps
 // ownership of pool: Close leaves it open.
 func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, table string, o Options) (*Postgres, error) {
@@ -106,6 +113,9 @@ func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, table string, o Optio
 	o, err := o.normalize()
 	if err != nil {
 		return nil, err
+	}
+	if o.MaxKeyLength > MaxPostgresKeyLength {
+		return nil, fmt.Errorf("%w: MaxKeyLength %d above the PostgreSQL store's %d (a longer key would not fit its primary key index)", ErrOptions, o.MaxKeyLength, MaxPostgresKeyLength)
 	}
 	m := postgresTableRE.FindStringSubmatch(table)
 	if m == nil {
