@@ -274,6 +274,13 @@ func (p *Postgres) migrate(ctx context.Context) error {
 // configuration a URL cannot express, build the pool with pgxpool.ParseConfig
 // and NewWithConfig and call OpenPostgres.
 //
+// TLS: without sslmode (and without PGSSLMODE), pgx uses prefer: TLS that
+// does not verify the server, falling back to plaintext without a word;
+// require does not verify the server either. Use sslmode=verify-full (with
+// sslrootcert naming the CA, or sslrootcert=system) wherever the network
+// is not trusted. The effective mode (PostgresTLSMode) is logged once to
+// Options.Logger, as a warning unless it is verify-full or verify-ca.
+//
 // Errors name the URL with its password redacted; the password never
 // appears in them.
 func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, error) {
@@ -302,6 +309,7 @@ func OpenPostgresURL(ctx context.Context, rawURL string, o Options) (*Postgres, 
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, pgParseError(err)), rawURL)
 	}
+	logPostgresTLS(ctx, o.Logger, &cfg.ConnConfig.Config, red)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: postgres %s: %w", red, err), rawURL)

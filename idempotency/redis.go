@@ -164,6 +164,9 @@ func NewRedis(client redis.UniversalClient, prefix string, o Options) (*Redis, e
 // query parameter msgaudit_prefix sets the key prefix (default
 // DefaultRedisPrefix).
 //
+// rediss://…?skip_verify=true turns off the verification of the server's
+// certificate; the store then logs a warning to Options.Logger once.
+//
 // A non-nil tlsConfig (for a custom CA or a client certificate) turns TLS on
 // even for redis://; when its ServerName is empty the URL's host is used.
 //
@@ -199,6 +202,7 @@ func NewRedisURL(ctx context.Context, rawURL string, o Options, tlsConfig *tls.C
 		}
 		opt.TLSConfig = c
 	}
+	logRedisTLS(ctx, o.Logger, opt.TLSConfig, red)
 	// Honour the deadlines of the contexts passed to the store's methods,
 	// not only the client's fixed read and write timeouts.
 	opt.ContextTimeoutEnabled = true
