@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"strings"
 	"testing"
 
 	"github.com/acemq/msgaudit/audit"
 	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/msgid"
 )
 
 // emptyAuditSnapshot is the smallest audit snapshot: depth 1, cap 1, no
@@ -111,5 +113,29 @@ func TestCraftedSnapshotBounded(t *testing.T) {
 				t.Fatalf("%d queue audits restored, want %d", st.Queues, records)
 			}
 		})
+	}
+}
+
+// TestHostileIDsHeld pins limits that already held: a 1 MiB id is an
+// error wrapping msgid.ErrTooLong (its message short), and creates no
+// producer; a producer at sequence 2^64-1 followed by 0 gets TooOld for 0,
+// never a second "new".
+func TestHostileIDsHeld(t *testing.T) {
+	a := mustNew(t, connaudit.Options{})
+	long := strings.Repeat("k", 1<<20) + ":1"
+	v, err := a.Check("c", qQ, long)
+	if !errors.Is(err, msgid.ErrTooLong) || v != audit.TooOld || len(err.Error()) > 512 {
+		t.Fatalf("1 MiB id: %v, %d-byte error %.100q", v, len(fmt.Sprint(err)), err)
+	}
+	if st := a.Stats(); st.Producers != 0 || st.TooLong != 1 {
+		t.Fatalf("after a 1 MiB id: %+v", st)
+	}
+	for _, c := range []struct {
+		id   string
+		want audit.Verdict
+	}{{"p:18446744073709551615", audit.FirstSeen}, {"p:18446744073709551615", audit.Duplicate}, {"p:0", audit.TooOld}, {"p:0", audit.TooOld}} {
+		if v, err := a.Check("c", qQ, c.id); err != nil || v != c.want {
+			t.Fatalf("Check(%s) = %v, %v; want %v", c.id, v, err, c.want)
+		}
 	}
 }
