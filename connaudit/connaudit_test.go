@@ -67,11 +67,13 @@ func forVariants(t *testing.T, f func(t *testing.T, o connaudit.Options)) {
 	}
 }
 
-// TestActiveMQRows runs rows C1-C6 of activemq-audit.md §3.
+// TestActiveMQRows checks ActiveMQ's ConnectionAudit behaviours: disabled
+// checking, shared queue audits, per-consumer topic audits, and messages
+// without a destination or an id.
 func TestActiveMQRows(t *testing.T) {
 	t.Parallel()
 	forVariants(t, func(t *testing.T, o connaudit.Options) {
-		t.Run("C1 disabled records nothing", func(t *testing.T) {
+		t.Run("disabled records nothing", func(t *testing.T) {
 			o := o
 			o.Disabled = true
 			a := mustNew(t, o)
@@ -85,7 +87,7 @@ func TestActiveMQRows(t *testing.T) {
 				t.Fatalf("%+v", st)
 			}
 		})
-		t.Run("C2 C3 queue audits are shared", func(t *testing.T) {
+		t.Run("queue audits are shared", func(t *testing.T) {
 			a := mustNew(t, o)
 			run(t, a, []call{{"d1", qQ, "p:1", N}, {"d2", qQ, "p:1", D}, {"d1", qQ, "p:1", D}})
 			parsed, _ := connaudit.ParseDestination("/queue/Q")
@@ -95,7 +97,7 @@ func TestActiveMQRows(t *testing.T) {
 			}
 			run(t, a, []call{{"d1", qQ, "p:1", N}, {"d1", qQ, "p:1", D}})
 		})
-		t.Run("C4 C5 topic audits are per consumer", func(t *testing.T) {
+		t.Run("topic audits are per consumer", func(t *testing.T) {
 			a := mustNew(t, o)
 			run(t, a, []call{{"d1", qT, "p:1", N}, {"d2", qT, "p:1", N}, {"d1", qT, "p:1", D}, {"d2", qT, "p:1", D},
 				{"d1", qQ, "p:1", N}})
@@ -105,7 +107,7 @@ func TestActiveMQRows(t *testing.T) {
 				t.Fatalf("%+v", st)
 			}
 		})
-		t.Run("C6 no destination, no id, temporary destinations", func(t *testing.T) {
+		t.Run("no destination, no id, temporary destinations", func(t *testing.T) {
 			a := mustNew(t, o)
 			run(t, a, []call{{"d1", connaudit.Destination{}, "p:1", N}, {"d1", connaudit.Destination{}, "p:1", N},
 				{"d1", connaudit.Destination{Kind: connaudit.Queue}, "p:1", N},

@@ -1,5 +1,5 @@
-// Package connaudit is ActiveMQ's ConnectionAudit for one connection (see
-// shared/reference/activemq-audit.md §3): it routes each delivered message
+// Package connaudit is ActiveMQ's ConnectionAudit for one connection
+// (org.apache.activemq.ActiveMQConnectionAudit): it routes each delivered message
 // to a message audit (package audit) by destination.
 //
 //   - Queues and temporary queues have one audit per destination, shared by
@@ -40,5 +40,7 @@
 // (IsDuplicate gives the boolean). There is one switch (Options.Disabled,
 // SetEnabled), on by default, instead of ActiveMQ's two, which leave
 // checking off on plain tcp:// connections. The connection audit can be
-// snapshotted and restored (MarshalBinary, UnmarshalBinary).
+// snapshotted and restored (MarshalBinary, UnmarshalBinary); a snapshot
+// restores state within the receiving audit's options and never raises
+// them, so a crafted snapshot costs no more than the options allow.
 package connaudit
