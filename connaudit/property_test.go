@@ -148,7 +148,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 						if err != nil {
 							rt.Fatal(err)
 						}
-						b := mustNew(rt, connaudit.Options{MaxDestinations: 1, Disabled: !enabled})
+						b := mustNew(rt, connaudit.Options{Disabled: !enabled})
 						if err := b.UnmarshalBinary(data); err != nil {
 							rt.Fatal(err)
 						}

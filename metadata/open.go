@@ -91,7 +91,26 @@ func openSQLiteURL(ctx context.Context, rawURL string) (StoreCloser, error) {
 	return openSQLite(ctx, path, table)
 }
 
+// checkURL refuses a URL that net/url cannot split as a backend would
+// (see redact.ParseURL), with an error that quotes no part of its
+// password.
+func checkURL(rawURL string) error {
+	if _, err := redact.ParseURL(rawURL); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnsupportedURL, err)
+	}
+	return nil
+}
+
+// redactError returns err with every secret of rawURL masked (see
+// redact.URLSecrets); errors.Is and errors.As still see err's chain.
+func redactError(err error, rawURL string) error {
+	return redact.New(redact.URLSecrets(rawURL)...).Error(err)
+}
+
 func openRedisURL(ctx context.Context, rawURL string) (StoreCloser, error) {
+	if err := checkURL(rawURL); err != nil {
+		return nil, err
+	}
 	prefix, rest, err := cutParam(rawURL, prefixParam, DefaultRedisPrefix)
 	if err != nil {
 		return nil, err
@@ -110,12 +129,15 @@ func openRedisURL(ctx context.Context, rawURL string) (StoreCloser, error) {
 	s.owned = true
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("metadata: redis %s: %w", RedactURL(rawURL), err)
+		return nil, redactError(fmt.Errorf("metadata: redis %s: %w", RedactURL(rawURL), err), rawURL)
 	}
 	return s, nil
 }
 
 func openPostgresURL(ctx context.Context, rawURL string) (StoreCloser, error) {
+	if err := checkURL(rawURL); err != nil {
+		return nil, err
+	}
 	table, rest, err := cutParam(rawURL, tableParam, DefaultTable)
 	if err != nil {
 		return nil, err
@@ -126,7 +148,7 @@ func openPostgresURL(ctx context.Context, rawURL string) (StoreCloser, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("metadata: postgres %s: %w", RedactURL(rawURL), err)
+		return nil, redactError(fmt.Errorf("metadata: postgres %s: %w", RedactURL(rawURL), err), rawURL)
 	}
 	s, err := NewPostgres(pool, table)
 	if err != nil {
@@ -142,7 +164,7 @@ func openPostgresURL(ctx context.Context, rawURL string) (StoreCloser, error) {
 		if cause == nil {
 			cause = err
 		}
-		return nil, fmt.Errorf("metadata: postgres %s: migrate: %w", RedactURL(rawURL), cause)
+		return nil, redactError(fmt.Errorf("metadata: postgres %s: migrate: %w", RedactURL(rawURL), cause), rawURL)
 	}
 	return s, nil
 }

@@ -99,3 +99,15 @@ func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String
 
 // nopLogger returns a logger that discards everything.
 func nopLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// String describes the consumer by its configuration, redacted as
+// Config.String redacts it: the consumer's unexported fields (the
+// configuration, the dialer, the redactor) would otherwise print the
+// passcode raw under %+v.
+func (c *Consumer) String() string { return "stompconsumer.Consumer{" + c.cfg.String() + "}" }
+
+// GoString redacts like String.
+func (c *Consumer) GoString() string { return c.String() }
+
+// Format makes every verb print the redacted String.
+func (c *Consumer) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }

@@ -1,0 +1,73 @@
+package idempotency_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TestPostgresTLSMode: every sslmode maps back to its name, and no sslmode
+// at all is pgx's prefer (TLS without verification, plaintext fallback).
+func TestPostgresTLSMode(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	for _, c := range []struct{ query, want string }{
+		{"", "prefer"},
+		{"?sslmode=disable", "disable"},
+		{"?sslmode=allow", "allow"},
+		{"?sslmode=prefer", "prefer"},
+		{"?sslmode=require", "require"},
+		{"?sslmode=verify-full&sslrootcert=system", "verify-full"},
+	} {
+		cfg, err := pgconn.ParseConfig("postgres://u@db.example:5432/x" + c.query)
+		if err != nil {
+			t.Fatalf("%s: %v", c.query, err)
+		}
+		if got := idempotency.PostgresTLSMode(cfg); got != c.want {
+			t.Errorf("%q: %s, want %s", c.query, got, c.want)
+		}
+	}
+	// verify-ca, as pgx builds it (its parse needs a CA file): the chain
+	// is checked by a callback, the host name is not.
+	ca := &pgconn.Config{TLSConfig: &tls.Config{InsecureSkipVerify: true,
+		VerifyPeerCertificate: func([][]byte, [][]*x509.Certificate) error { return nil }}}
+	if got := idempotency.PostgresTLSMode(ca); got != "verify-ca" {
+		t.Errorf("verify-ca config: %s", got)
+	}
+}
+
+// TestOpenLogsTLS: opening a store by URL logs the effective PostgreSQL
+// TLS mode once, as a warning unless the server is verified, and warns
+// about rediss://…?skip_verify=true. The servers are not reachable: the
+// log comes before the first connection.
+func TestOpenLogsTLS(t *testing.T) {
+	t.Setenv("PGSSLMODE", "")
+	for _, c := range []struct{ url, want, level string }{
+		{"postgres://u:pw@127.0.0.1:1/x?connect_timeout=1", "sslmode=prefer", "WARN"},
+		{"postgres://u:pw@127.0.0.1:1/x?connect_timeout=1&sslmode=verify-full&sslrootcert=system", "sslmode=verify-full", "INFO"},
+		{"rediss://u:pw@127.0.0.1:1/0?skip_verify=true&max_retries=-1", "skip_verify", "WARN"},
+	} {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		ctx, cancel := context.WithTimeout(context.Background(), 300e6)
+		s, err := idempotency.Open(ctx, c.url, idempotency.Options{Logger: log})
+		cancel()
+		if err == nil {
+			_ = s.Close()
+			t.Fatalf("%s opened", idempotency.RedactURL(c.url))
+		}
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		if len(lines) != 1 || !strings.Contains(lines[0], c.want) || !strings.Contains(lines[0], "level="+c.level) {
+			t.Errorf("%s: logged %q, want one %s line with %q", idempotency.RedactURL(c.url), buf.String(), c.level, c.want)
+		}
+		if strings.Contains(buf.String(), ":pw@") {
+			t.Errorf("password logged: %s", buf.String())
+		}
+	}
+}
