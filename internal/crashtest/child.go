@@ -1,0 +1,257 @@
+//go:build unix
+
+package crashtest
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/rabbitconsumer"
+	"github.com/acemq/msgaudit/receiver"
+	"github.com/acemq/msgaudit/stompconsumer"
+)
+
+// KeyHeader is the header carrying each message's application key
+// ("crash-<run>:<n>", a shape the connection audit can parse).
+const KeyHeader = "app-key"
+
+// childSnapshot is what a child writes to its metrics file.
+type childSnapshot struct {
+	Metrics receiver.Snapshot
+	Calls   int64 // handler calls
+}
+
+// RunChild is the body of a crash-test child process: it reads its Config
+// from the environment, consumes the queue until SIGTERM (or until it is
+// killed) and returns when the consumer has stopped. It is meant to be
+// called from the test function the parent runs with -test.run.
+func RunChild() error {
+	cfg, idx, err := childConfig()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	g, err := openGauges(cfg.gaugePath(idx), false)
+	if err != nil {
+		return err
+	}
+	defer g.close()
+	db, err := openDB(cfg.DB, cfg.DSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	led := newLedger(db, cfg.DB, cfg.Ledger)
+
+	metrics := new(receiver.Metrics)
+	sels, handler, closeTier, err := tier(ctx, cfg, db, led, g)
+	if err != nil {
+		return err
+	}
+	defer closeTier()
+	a, err := connaudit.New(connaudit.Options{})
+	if err != nil {
+		return err
+	}
+	key := receiver.HeaderKey(KeyHeader)
+	if cfg.Transport == STOMP {
+		key = stompconsumer.CarriedKey(key)
+	}
+	rcv, err := receiver.New(receiver.Config{
+		Audit:     receiver.ConnAudit(a, receiver.ConnAuditMetrics(metrics)),
+		Selectors: sels,
+		KeyFunc:   key,
+		Backoff:   func(attempt int) time.Duration { return min(20*time.Millisecond<<attempt, 500*time.Millisecond) },
+		Metrics:   metrics,
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+
+	done := make(chan struct{})
+	defer close(done)
+	go writeMetrics(cfg.metricsPath(idx), metrics, g, done)
+	defer snapshotTo(cfg.metricsPath(idx), metrics, g)
+
+	switch cfg.Transport {
+	case STOMP:
+		c, err := stompconsumer.New(stompconsumer.Config{
+			Addresses:             []string{cfg.Addr},
+			Subscriptions:         []stompconsumer.Subscription{{Destination: cfg.Queue, Handler: handler}},
+			Prefetch:              cfg.Prefetch,
+			Concurrency:           cfg.Concurrency,
+			RetryBackoff:          stompconsumer.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond},
+			ShutdownTimeout:       5 * time.Second,
+			DeadLetterDestination: cfg.DeadLetter,
+			Receiver:              rcv,
+			Logger:                log,
+		})
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	case AMQP:
+		c, err := rabbitconsumer.New(rabbitconsumer.Config{
+			URL:             cfg.Addr,
+			Queue:           cfg.Queue,
+			Handler:         handler,
+			Prefetch:        cfg.Prefetch,
+			Concurrency:     cfg.Concurrency,
+			MaxRequeueDelay: 500 * time.Millisecond,
+			ShutdownTimeout: 5 * time.Second,
+			DeadLetterQueue: cfg.DeadLetter,
+			Receiver:        rcv,
+			Logger:          log,
+		})
+		if err != nil {
+			return err
+		}
+		return c.Run(ctx)
+	}
+	return fmt.Errorf("crashtest: unknown transport %q", cfg.Transport)
+}
+
+// tier builds the durable tier of cfg.Store and the handler that applies
+// the effect behind it. The handler sleeps cfg.EffectDelay after writing
+// the effect; the durable selector is wrapped so that it sleeps
+// cfg.AckDelay after settling, before the delivery is acknowledged.
+func tier(ctx context.Context, cfg Config, db *sql.DB, led *ledger, g *gauges) ([]receiver.Selector, receiver.Handler, func(), error) {
+	effect := func() {
+		g.add(gaugeEffect, 1)
+		time.Sleep(cfg.EffectDelay)
+		g.add(gaugeEffect, -1)
+	}
+	direct := func(ctx context.Context, m *receiver.Message) error {
+		g.add(gaugeCalls, 1)
+		if err := led.record(ctx, db, m.IdempotencyKey()); err != nil {
+			return err
+		}
+		effect()
+		return nil
+	}
+	opts := idempotency.Options{ClaimTTL: cfg.ClaimTTL}
+	var st idempotency.Store
+	var err error
+	switch cfg.Store {
+	case StoreNone:
+		return nil, direct, func() {}, nil
+	case StoreInbox:
+		return inboxTier(ctx, cfg, db, led, g, effect)
+	case StoreSQLite:
+		st, err = idempotency.OpenSQLite(cfg.StoreAt, opts)
+	case StorePostgres:
+		st, err = idempotency.OpenPostgresURL(ctx, withParam(cfg.DSN, "msgaudit_table", cfg.StoreAt), opts)
+	case StoreRedis:
+		st, err = idempotency.Open(ctx, withParam(cfg.StoreURL, "msgaudit_prefix", cfg.StoreAt), opts)
+	default:
+		err = fmt.Errorf("crashtest: unknown store %q", cfg.Store)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sel, err := receiver.NewStoreSelector(st, receiver.StoreOptions{Namespace: cfg.Queue})
+	if err != nil {
+		st.Close()
+		return nil, nil, nil, err
+	}
+	return []receiver.Selector{slowSettle{sel, g, cfg.AckDelay}}, direct, func() { st.Close() }, nil
+}
+
+// withParam appends a query parameter to a URL.
+func withParam(u, name, value string) string {
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + name + "=" + value
+}
+
+// slowSettle wraps a durable selector: after it settled a delivery as
+// Completed (confirmed the claim, committed the inbox row) it sleeps
+// delay, counted in gaugeSettled, before the receiver goes on to the
+// acknowledgement.
+type slowSettle struct {
+	receiver.Selector
+	g     *gauges
+	delay time.Duration
+}
+
+// Select asks the wrapped selector and wraps the Settle of an Accept.
+func (s slowSettle) Select(ctx context.Context, m *receiver.Message) (receiver.Decision, error) {
+	d, err := s.Selector.Select(ctx, m)
+	if err != nil || d.Verdict != receiver.Accept {
+		return d, err
+	}
+	inner := d.Settle
+	d.Settle = func(ctx context.Context, st receiver.Settlement) error {
+		var err error
+		if inner != nil {
+			err = inner(ctx, st)
+		}
+		if err == nil && st == receiver.Completed {
+			s.g.add(gaugeSettled, 1)
+			time.Sleep(s.delay)
+			s.g.add(gaugeSettled, -1)
+		}
+		return err
+	}
+	return d, nil
+}
+
+// writeMetrics writes the metrics snapshot to path every 100 ms until
+// done is closed.
+func writeMetrics(path string, m *receiver.Metrics, g *gauges, done <-chan struct{}) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			snapshotTo(path, m, g)
+		}
+	}
+}
+
+// snapshotTo replaces the file at path with a snapshot of m (a rename, so
+// a reader never sees half a file).
+func snapshotTo(path string, m *receiver.Metrics, g *gauges) {
+	b, err := json.Marshal(childSnapshot{Metrics: m.Snapshot(), Calls: g.load(gaugeCalls)})
+	if err != nil {
+		return
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return
+	}
+	_ = os.Rename(tmp, path)
+}
+
+// readSnapshot reads a child's last metrics snapshot; a missing file is a
+// zero snapshot (the child died before it wrote one).
+func readSnapshot(path string) (childSnapshot, error) {
+	var s childSnapshot
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return s, err
+	}
+	return s, json.Unmarshal(b, &s)
+}
