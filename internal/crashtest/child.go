@@ -50,7 +50,8 @@ func RunChild() error {
 		return err
 	}
 	defer g.close()
-	db, err := openDB(cfg.DB, cfg.DSN)
+	// Each running delivery holds a connection for its inbox transaction.
+	db, err := openDB(cfg.DB, cfg.DSN, cfg.Concurrency+1)
 	if err != nil {
 		return err
 	}
@@ -58,35 +59,51 @@ func RunChild() error {
 	led := newLedger(db, cfg.DB, cfg.Ledger)
 
 	metrics := new(receiver.Metrics)
-	sels, handler, closeTier, err := tier(ctx, cfg, db, led, g)
-	if err != nil {
-		return err
-	}
-	defer closeTier()
 	a, err := connaudit.New(connaudit.Options{})
 	if err != nil {
 		return err
 	}
-	key := receiver.HeaderKey(KeyHeader)
-	if cfg.Transport == STOMP {
-		key = stompconsumer.CarriedKey(key)
-	}
-	rcv, err := receiver.New(receiver.Config{
-		Audit:     receiver.ConnAudit(a, receiver.ConnAuditMetrics(metrics)),
-		Selectors: sels,
-		KeyFunc:   key,
-		Backoff:   func(attempt int) time.Duration { return min(20*time.Millisecond<<attempt, 500*time.Millisecond) },
-		Metrics:   metrics,
-		Logger:    log,
-	})
-	if err != nil {
-		return err
-	}
-
+	audit := receiver.ConnAudit(a, receiver.ConnAuditMetrics(metrics))
 	done := make(chan struct{})
 	defer close(done)
 	go writeMetrics(cfg.metricsPath(idx), metrics, g, done)
 	defer snapshotTo(cfg.metricsPath(idx), metrics, g)
+
+	// With the inbox the consumers are configured as an application
+	// would (Config.Inbox); the external stores need a prebuilt receiver,
+	// so that their selector can be wrapped.
+	var (
+		ib      receiver.Selector
+		rcv     *receiver.Receiver
+		handler receiver.Handler
+	)
+	if cfg.Store == StoreInbox {
+		if ib, handler, err = inboxTier(ctx, cfg, db, led, g, metrics); err != nil {
+			return err
+		}
+	} else {
+		sels, h, closeStore, err := storeTier(ctx, cfg, db, led, g)
+		if err != nil {
+			return err
+		}
+		defer closeStore()
+		handler = h
+		key := receiver.HeaderKey(KeyHeader)
+		if cfg.Transport == STOMP {
+			key = stompconsumer.CarriedKey(key)
+		}
+		rcv, err = receiver.New(receiver.Config{
+			Audit:     audit,
+			Selectors: sels,
+			KeyFunc:   key,
+			Backoff:   retryBackoff,
+			Metrics:   metrics,
+			Logger:    log,
+		})
+		if err != nil {
+			return err
+		}
+	}
 
 	switch cfg.Transport {
 	case STOMP:
@@ -99,6 +116,10 @@ func RunChild() error {
 			ShutdownTimeout:       5 * time.Second,
 			DeadLetterDestination: cfg.DeadLetter,
 			Receiver:              rcv,
+			Inbox:                 ib,
+			Audit:                 audit,
+			KeyHeader:             KeyHeader,
+			Metrics:               metrics,
 			Logger:                log,
 		})
 		if err != nil {
@@ -112,10 +133,15 @@ func RunChild() error {
 			Handler:         handler,
 			Prefetch:        cfg.Prefetch,
 			Concurrency:     cfg.Concurrency,
+			Backoff:         retryBackoff,
 			MaxRequeueDelay: 500 * time.Millisecond,
 			ShutdownTimeout: 5 * time.Second,
 			DeadLetterQueue: cfg.DeadLetter,
 			Receiver:        rcv,
+			Inbox:           ib,
+			Audit:           audit,
+			KeyHeader:       KeyHeader,
+			Metrics:         metrics,
 			Logger:          log,
 		})
 		if err != nil {
@@ -126,22 +152,33 @@ func RunChild() error {
 	return fmt.Errorf("crashtest: unknown transport %q", cfg.Transport)
 }
 
-// tier builds the durable tier of cfg.Store and the handler that applies
-// the effect behind it. The handler sleeps cfg.EffectDelay after writing
-// the effect; the durable selector is wrapped so that it sleeps
-// cfg.AckDelay after settling, before the delivery is acknowledged.
-func tier(ctx context.Context, cfg Config, db *sql.DB, led *ledger, g *gauges) ([]receiver.Selector, receiver.Handler, func(), error) {
-	effect := func() {
-		g.add(gaugeEffect, 1)
-		time.Sleep(cfg.EffectDelay)
-		g.add(gaugeEffect, -1)
+// retryBackoff spaces the retries of a delivery: short, so that a run
+// does not wait long for hand-backs.
+func retryBackoff(attempt int) time.Duration {
+	return min(20*time.Millisecond<<attempt, 500*time.Millisecond)
+}
+
+// sleep sleeps d (a kill window held open).
+func sleep(d time.Duration) {
+	if d > 0 {
+		time.Sleep(d)
 	}
-	direct := func(ctx context.Context, m *receiver.Message) error {
+}
+
+// storeTier builds the external store of cfg.Store (or none) as the
+// receiver's durable selector and the handler that applies the effect in
+// its own transaction. The handler sleeps cfg.EffectDelay after the
+// effect committed; the store's selector is wrapped so that it sleeps
+// cfg.AckDelay after its confirm, before the acknowledgement.
+func storeTier(ctx context.Context, cfg Config, db *sql.DB, led *ledger, g *gauges) ([]receiver.Selector, receiver.Handler, func(), error) {
+	handler := func(ctx context.Context, m *receiver.Message) error {
 		g.add(gaugeCalls, 1)
 		if err := led.record(ctx, db, m.IdempotencyKey()); err != nil {
 			return err
 		}
-		effect()
+		g.add(gaugeEffect, 1)
+		sleep(cfg.EffectDelay)
+		g.add(gaugeEffect, -1)
 		return nil
 	}
 	opts := idempotency.Options{ClaimTTL: cfg.ClaimTTL}
@@ -149,9 +186,7 @@ func tier(ctx context.Context, cfg Config, db *sql.DB, led *ledger, g *gauges) (
 	var err error
 	switch cfg.Store {
 	case StoreNone:
-		return nil, direct, func() {}, nil
-	case StoreInbox:
-		return inboxTier(ctx, cfg, db, led, g, effect)
+		return nil, handler, func() {}, nil
 	case StoreSQLite:
 		st, err = idempotency.OpenSQLite(cfg.StoreAt, opts)
 	case StorePostgres:
@@ -169,7 +204,7 @@ func tier(ctx context.Context, cfg Config, db *sql.DB, led *ledger, g *gauges) (
 		st.Close()
 		return nil, nil, nil, err
 	}
-	return []receiver.Selector{slowSettle{sel, g, cfg.AckDelay}}, direct, func() { st.Close() }, nil
+	return []receiver.Selector{slowSettle{sel, g, cfg.AckDelay}}, handler, func() { st.Close() }, nil
 }
 
 // withParam appends a query parameter to a URL.
@@ -205,7 +240,7 @@ func (s slowSettle) Select(ctx context.Context, m *receiver.Message) (receiver.D
 		}
 		if err == nil && st == receiver.Completed {
 			s.g.add(gaugeSettled, 1)
-			time.Sleep(s.delay)
+			sleep(s.delay)
 			s.g.add(gaugeSettled, -1)
 		}
 		return err

@@ -9,29 +9,27 @@ import (
 	_ "modernc.org/sqlite"             // the "sqlite" database/sql driver
 )
 
-// openDB opens the ledger's database: PostgreSQL through pgx's
-// database/sql driver, or an SQLite file in WAL mode with one connection
-// per process (SQLite admits one writer at a time; more connections would
-// only turn waiting into SQLITE_BUSY) and a busy timeout long enough for
-// two processes taking turns.
-func openDB(kind, dsn string) (*sql.DB, error) {
+// openDB opens the ledger's database with at most conns connections:
+// PostgreSQL through pgx's database/sql driver, or an SQLite file in WAL
+// mode whose transactions begin IMMEDIATE and wait for a competing writer
+// (other connections, other processes) for up to 20 s, as the inbox
+// requires.
+func openDB(kind, dsn string, conns int) (*sql.DB, error) {
+	var db *sql.DB
+	var err error
 	switch kind {
 	case PostgreSQL:
-		db, err := sql.Open("pgx", dsn)
-		if err != nil {
-			return nil, fmt.Errorf("crashtest: postgres: %w", err)
-		}
-		db.SetMaxOpenConns(16)
-		return db, nil
+		db, err = sql.Open("pgx", dsn)
 	case SQLite:
-		db, err := sql.Open("sqlite", dsn+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(20000)&_pragma=synchronous(FULL)&_txlock=immediate")
-		if err != nil {
-			return nil, fmt.Errorf("crashtest: sqlite %s: %w", dsn, err)
-		}
-		db.SetMaxOpenConns(1)
-		return db, nil
+		db, err = sql.Open("sqlite", dsn+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(20000)&_pragma=synchronous(FULL)&_txlock=immediate")
+	default:
+		return nil, fmt.Errorf("crashtest: unknown database %q", kind)
 	}
-	return nil, fmt.Errorf("crashtest: unknown database %q", kind)
+	if err != nil {
+		return nil, fmt.Errorf("crashtest: %s: %w", kind, err)
+	}
+	db.SetMaxOpenConns(conns)
+	return db, nil
 }
 
 // ledger is the effect the handlers apply: one row per message key with

@@ -218,7 +218,7 @@ func Run(t testing.TB, p Plan) Result {
 	default:
 		t.Fatalf("crashtest: unknown database %q", p.DB)
 	}
-	db, err := openDB(cfg.DB, cfg.DSN)
+	db, err := openDB(cfg.DB, cfg.DSN, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
