@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -168,17 +169,18 @@ func sleep(d time.Duration) {
 // storeTier builds the external store of cfg.Store (or none) as the
 // receiver's durable selector and the handler that applies the effect in
 // its own transaction. The handler sleeps cfg.EffectDelay after the
-// effect committed; the store's selector is wrapped so that it sleeps
-// cfg.AckDelay after its confirm, before the acknowledgement.
+// effect committed (before the store confirms); the store's selector is
+// wrapped so that it sleeps cfg.AckDelay after its confirm, before the
+// acknowledgement.
 func storeTier(ctx context.Context, cfg Config, db *sql.DB, led *ledger, g *gauges) ([]receiver.Selector, receiver.Handler, func(), error) {
 	handler := func(ctx context.Context, m *receiver.Message) error {
 		g.add(gaugeCalls, 1)
+		end := markEffect(ctx, g)
+		defer end()
 		if err := led.record(ctx, db, m.IdempotencyKey()); err != nil {
 			return err
 		}
-		g.add(gaugeEffect, 1)
 		sleep(cfg.EffectDelay)
-		g.add(gaugeEffect, -1)
 		return nil
 	}
 	opts := idempotency.Options{ClaimTTL: cfg.ClaimTTL}
@@ -216,27 +218,39 @@ func withParam(u, name, value string) string {
 	return u + sep + name + "=" + value
 }
 
-// slowSettle wraps a durable selector: after it settled a delivery as
-// Completed (confirmed the claim, committed the inbox row) it sleeps
-// delay, counted in gaugeSettled, before the receiver goes on to the
-// acknowledgement.
+// slowSettle wraps the durable selector (an external store's or the
+// inbox). It keeps the effect window of a delivery open until the store
+// confirmed or the inbox committed (see markEffect), and after a
+// Completed settlement it sleeps delay, counted in gaugeSettled, before
+// the receiver goes on to the acknowledgement.
 type slowSettle struct {
 	receiver.Selector
 	g     *gauges
 	delay time.Duration
 }
 
-// Select asks the wrapped selector and wraps the Settle of an Accept.
+// Select asks the wrapped selector and wraps an Accept's Context and
+// Settle.
 func (s slowSettle) Select(ctx context.Context, m *receiver.Message) (receiver.Decision, error) {
 	d, err := s.Selector.Select(ctx, m)
 	if err != nil || d.Verdict != receiver.Accept {
 		return d, err
 	}
-	inner := d.Settle
+	ph := new(phase)
+	innerCtx, innerSettle := d.Context, d.Settle
+	d.Context = func(c context.Context) context.Context {
+		if innerCtx != nil {
+			c = innerCtx(c)
+		}
+		return context.WithValue(c, phaseKey{}, ph)
+	}
 	d.Settle = func(ctx context.Context, st receiver.Settlement) error {
 		var err error
-		if inner != nil {
-			err = inner(ctx, st)
+		if innerSettle != nil {
+			err = innerSettle(ctx, st)
+		}
+		if ph.effect.Load() {
+			s.g.add(gaugeEffect, -1)
 		}
 		if err == nil && st == receiver.Completed {
 			s.g.add(gaugeSettled, 1)
@@ -246,6 +260,25 @@ func (s slowSettle) Select(ctx context.Context, m *receiver.Message) (receiver.D
 		return err
 	}
 	return d, nil
+}
+
+// phase tells a delivery's settlement that its handler wrote the effect.
+type phase struct{ effect atomic.Bool }
+
+type phaseKey struct{}
+
+// markEffect counts the delivery in gaugeEffect as its handler starts
+// writing the effect (a write whose reply a kill prevents may still
+// commit). Behind a durable selector the window stays open until the
+// settlement (commit or confirm); without one it ends when the returned
+// function is called, as the handler returns.
+func markEffect(ctx context.Context, g *gauges) (end func()) {
+	g.add(gaugeEffect, 1)
+	if ph, ok := ctx.Value(phaseKey{}).(*phase); ok {
+		ph.effect.Store(true)
+		return func() {}
+	}
+	return func() { g.add(gaugeEffect, -1) }
 }
 
 // writeMetrics writes the metrics snapshot to path every 100 ms until

@@ -10,15 +10,22 @@
 // what it sent and checks that the queue and the dead-letter queues are
 // empty.
 //
-// The child widens the two windows where a kill matters by sleeping in
-// them: after the effect is written and before the handler returns
-// (with a transactional inbox: before the transaction commits; with an
-// external store: after the effect committed, before the store confirms),
-// and after the durable tier settled, before the acknowledgement is sent.
-// It counts the deliveries inside each window in a small file shared
-// through mmap; the parent freezes the child with SIGSTOP, reads the
-// counts and then sends SIGKILL, so every kill is attributed to the
-// windows it landed in. The child also writes a snapshot of its receiver
-// metrics to a file several times a second, which the parent reads after
-// each kill.
+// The child holds open the two windows where a kill matters by sleeping
+// in them, and counts the deliveries inside each:
+//
+//   - the effect window, from the effect's write to the effect recorded as
+//     done: with the transactional inbox, until the transaction commits
+//     (a kill rolls effect and key back together); with an external store,
+//     from the effect's own commit until the store confirms (a kill leaves
+//     a claim that lapses, and the redelivery applies the message again);
+//     with no store, until the handler returns;
+//   - the settle-ack window, from the commit or confirm to the broker
+//     acknowledgement (a kill redelivers a message the durable tier knows).
+//
+// The counts live in a small file both processes map (mmap). The parent
+// freezes the child with SIGSTOP, reads them and then sends SIGKILL, so
+// every kill is attributed to the windows it landed in. The child also
+// writes a snapshot of its receiver metrics to a file every 100 ms,
+// which the parent reads after each kill (so a killed child's last 100 ms
+// may be missing from the totals).
 package crashtest

@@ -12,9 +12,9 @@ import (
 
 // Gauge slots of the file a child shares with its parent.
 const (
-	// gaugeEffect counts deliveries whose effect is written and whose
-	// handler has not returned (inbox: not committed; external store:
-	// committed, not confirmed).
+	// gaugeEffect counts deliveries whose effect is being written or
+	// written but not yet recorded as done (inbox: not committed; external
+	// store: not confirmed; no store: the handler has not returned).
 	gaugeEffect = iota
 	// gaugeSettled counts deliveries settled by the durable tier and not
 	// yet acknowledged.

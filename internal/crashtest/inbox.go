@@ -31,12 +31,12 @@ func inboxTier(ctx context.Context, cfg Config, db *sql.DB, led *ledger, g *gaug
 	}
 	h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
 		g.add(gaugeCalls, 1)
+		end := markEffect(ctx, g)
+		defer end()
 		if err := led.record(ctx, tx, m.IdempotencyKey()); err != nil {
 			return err
 		}
-		g.add(gaugeEffect, 1)
 		sleep(cfg.EffectDelay)
-		g.add(gaugeEffect, -1)
 		return nil
 	})
 	return slowInbox{slowSettle{ib, g, cfg.AckDelay}, ib}, h, nil
