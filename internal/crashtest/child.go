@@ -29,8 +29,9 @@ const KeyHeader = "app-key"
 
 // childSnapshot is what a child writes to its metrics file.
 type childSnapshot struct {
-	Metrics receiver.Snapshot
-	Calls   int64 // handler calls
+	Metrics  receiver.Snapshot
+	Calls    int64  // handler calls
+	Connects uint64 // successful broker connections
 }
 
 // RunChild is the body of a crash-test child process: it reads its Config
@@ -65,11 +66,6 @@ func RunChild() error {
 		return err
 	}
 	audit := receiver.ConnAudit(a, receiver.ConnAuditMetrics(metrics))
-	done := make(chan struct{})
-	defer close(done)
-	go writeMetrics(cfg.metricsPath(idx), metrics, g, done)
-	defer snapshotTo(cfg.metricsPath(idx), metrics, g)
-
 	// With the inbox the consumers are configured as an application
 	// would (Config.Inbox); the external stores need a prebuilt receiver,
 	// so that their selector can be wrapped.
@@ -106,6 +102,10 @@ func RunChild() error {
 		}
 	}
 
+	var (
+		run      func(context.Context) error
+		connects func() uint64
+	)
 	switch cfg.Transport {
 	case STOMP:
 		c, err := stompconsumer.New(stompconsumer.Config{
@@ -126,7 +126,7 @@ func RunChild() error {
 		if err != nil {
 			return err
 		}
-		return c.Run(ctx)
+		run, connects = c.Run, func() uint64 { return c.Stats().Connects }
 	case AMQP:
 		c, err := rabbitconsumer.New(rabbitconsumer.Config{
 			URL:             cfg.Addr,
@@ -148,9 +148,19 @@ func RunChild() error {
 		if err != nil {
 			return err
 		}
-		return c.Run(ctx)
+		run, connects = c.Run, func() uint64 { return c.Stats().Connects }
+	default:
+		return fmt.Errorf("crashtest: unknown transport %q", cfg.Transport)
 	}
-	return fmt.Errorf("crashtest: unknown transport %q", cfg.Transport)
+
+	snap := func() childSnapshot {
+		return childSnapshot{Metrics: metrics.Snapshot(), Calls: g.load(gaugeCalls), Connects: connects()}
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go writeMetrics(cfg.metricsPath(idx), snap, done)
+	defer snapshotTo(cfg.metricsPath(idx), snap)
+	return run(ctx)
 }
 
 // retryBackoff spaces the retries of a delivery: short, so that a run
@@ -283,7 +293,7 @@ func markEffect(ctx context.Context, g *gauges) (end func()) {
 
 // writeMetrics writes the metrics snapshot to path every 100 ms until
 // done is closed.
-func writeMetrics(path string, m *receiver.Metrics, g *gauges, done <-chan struct{}) {
+func writeMetrics(path string, snap func() childSnapshot, done <-chan struct{}) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -291,15 +301,15 @@ func writeMetrics(path string, m *receiver.Metrics, g *gauges, done <-chan struc
 		case <-done:
 			return
 		case <-t.C:
-			snapshotTo(path, m, g)
+			snapshotTo(path, snap)
 		}
 	}
 }
 
-// snapshotTo replaces the file at path with a snapshot of m (a rename, so
-// a reader never sees half a file).
-func snapshotTo(path string, m *receiver.Metrics, g *gauges) {
-	b, err := json.Marshal(childSnapshot{Metrics: m.Snapshot(), Calls: g.load(gaugeCalls)})
+// snapshotTo replaces the file at path with snap() (a rename, so a
+// reader never sees half a file).
+func snapshotTo(path string, snap func() childSnapshot) {
+	b, err := json.Marshal(snap())
 	if err != nil {
 		return
 	}

@@ -442,11 +442,12 @@ func randomID(t testing.TB) string {
 	return hex.EncodeToString(b[:])
 }
 
-// awaitLedger waits until the ledger holds n keys and then until no
-// child's Delivered counter has moved for quietFor (so whatever the queue
-// still held, redeliveries and retry copies, has been dealt with). It
-// gives up when the children have been idle for idleLimit with keys
-// missing, or after completeDeadline.
+// awaitLedger waits until the ledger holds n keys and then until every
+// child is connected and no child's Delivered counter has moved for
+// quietFor (so whatever the queue still held, redeliveries and retry
+// copies, has been dealt with). It gives up when the connected children
+// have been idle for idleLimit with keys missing, or after
+// completeDeadline.
 func awaitLedger(ctx context.Context, led *ledger, n int, children []*child) error {
 	deadline := time.Now().Add(completeDeadline)
 	last := make([]uint64, len(children))
@@ -456,7 +457,7 @@ func awaitLedger(ctx context.Context, led *ledger, n int, children []*child) err
 		if err != nil {
 			return err
 		}
-		moved := false
+		moved, connected := false, true
 		for i, c := range children {
 			if err := c.exited(); err != nil {
 				return fmt.Errorf("child %d exited before the end (ledger: %d of %d keys): %v", c.idx, keys, n, err)
@@ -468,8 +469,11 @@ func awaitLedger(ctx context.Context, led *ledger, n int, children []*child) err
 			if s.Metrics.Delivered != last[i] {
 				last[i], moved = s.Metrics.Delivered, true
 			}
+			connected = connected && s.Connects > 0
 		}
-		if moved {
+		if moved || !connected {
+			// A child still connecting has not been offered what the
+			// queue holds: its silence means nothing yet.
 			since = time.Now()
 		}
 		idle := time.Since(since)
