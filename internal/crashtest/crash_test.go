@@ -47,6 +47,8 @@ func TestCrash(t *testing.T) {
 		{"amqp-inbox-postgres", AMQP, PostgreSQL, StoreInbox, 1},
 		{"amqp-inbox-sqlite", AMQP, SQLite, StoreInbox, 1},
 		{"stomp-inbox-postgres-two-consumers", STOMP, PostgreSQL, StoreInbox, 2},
+		{"stomp-inbox-sqlite-two-consumers", STOMP, SQLite, StoreInbox, 2},
+		{"amqp-inbox-postgres-two-consumers", AMQP, PostgreSQL, StoreInbox, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Run(t, Plan{Transport: tc.transport, DB: tc.db, Store: tc.store, Consumers: tc.consumers,
@@ -57,6 +59,11 @@ func TestCrash(t *testing.T) {
 			}
 			if r.QueueLeft != 0 {
 				t.Errorf("%d messages left on the queue after the consumers went quiet", r.QueueLeft)
+			}
+			for i, n := range r.ProcessedBy {
+				if n == 0 {
+					t.Errorf("consumer %d processed nothing: the run did not exercise %d consumers", i, len(r.ProcessedBy))
+				}
 			}
 			if r.DeadLetterLeft != 0 || r.BrokerDLQLeft > 0 {
 				t.Errorf("dead letters: %d on the consumer's dead-letter destination, %d on the broker's DLQ", r.DeadLetterLeft, r.BrokerDLQLeft)

@@ -86,6 +86,9 @@ type Result struct {
 	// Totals sums the final metrics snapshots of every child process
 	// (each written at most 100 ms before the process was killed).
 	Totals Totals
+	// ProcessedBy is the number of messages each child slot processed as
+	// new work, over all its processes.
+	ProcessedBy []uint64
 	// Elapsed is the time from producing to the last check.
 	Elapsed time.Duration
 }
@@ -122,11 +125,11 @@ func (r Result) String() string {
 	}
 	return fmt.Sprintf("crash %s store=%s db=%s consumers=%d messages=%d kills=%d (effect-window %d with %d deliveries, settle-ack-window %d with %d, elsewhere %d) "+
 		"lost=%d twice=%d redelivered=%d duplicates(audit=%d store=%d in-flight=%d other=%d) handler-calls=%d processed=%d retries=%d "+
-		"dead-lettered=%d handler-errors=%d left(queue=%d dlq=%d broker-dlq=%s) time=%.1fs",
+		"dead-lettered=%d handler-errors=%d processed-by-child=%v left(queue=%d dlq=%d broker-dlq=%s) time=%.1fs",
 		p.Transport, p.Store, p.DB, p.Consumers, p.Messages, r.Kills, r.KillsEffect, r.InEffect, r.KillsSettled, r.InSettled, r.KillsElsewhere,
 		r.Lost, r.Twice, r.Totals.Redelivered, r.Totals.DuplicatesAudit, r.Totals.DuplicatesStore, r.Totals.DuplicatesInFlight,
 		r.Totals.DuplicatesOther, r.Totals.Calls, r.Totals.Processed, r.Totals.Retries, r.Totals.DeadLettered,
-		r.Totals.HandlerErrors, r.QueueLeft, r.DeadLetterLeft, dlq, r.Elapsed.Seconds())
+		r.Totals.HandlerErrors, r.ProcessedBy, r.QueueLeft, r.DeadLetterLeft, dlq, r.Elapsed.Seconds())
 }
 
 // Deadlines of the parent's waits.
@@ -251,7 +254,7 @@ func Run(t testing.TB, p Plan) Result {
 		t.Fatal(err)
 	}
 
-	res := Result{Plan: p, BrokerDLQLeft: -1}
+	res := Result{Plan: p, BrokerDLQLeft: -1, ProcessedBy: make([]uint64, p.Consumers)}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +312,7 @@ func Run(t testing.TB, p Plan) Result {
 		}
 		snap.Calls = calls // exact, read while the child was frozen
 		res.Totals.add(snap)
+		res.ProcessedBy[k.idx] += snap.Metrics.Processed
 		if err := k.start(); err != nil {
 			t.Fatal(err)
 		}
@@ -328,6 +332,7 @@ func Run(t testing.TB, p Plan) Result {
 			t.Fatal(err)
 		}
 		res.Totals.add(snap)
+		res.ProcessedBy[c.idx] += snap.Metrics.Processed
 	}
 
 	tctx, cancel := context.WithTimeout(ctx, time.Minute)
