@@ -45,6 +45,7 @@ type backend struct {
 	table   string // inbox table
 	fx      string // effects table: key → applied count
 	parent  string // parent of fx's deferred foreign key (commit failures)
+	dsn     string // SQLite: the DSN of the file
 	open    func(t testing.TB) *sql.DB
 	cut     func() // cuts the database connections (nil: not supported)
 	down    func(bool)
@@ -131,8 +132,9 @@ func newSQLite(t testing.TB) *backend {
 	path := filepath.Join(dir, "inbox.db")
 	b := &backend{name: "sqlite", dialect: inbox.SQLite, table: "inbox_" + randHex(4),
 		fx: "fx_" + randHex(4), parent: "parent_" + randHex(4)}
+	b.dsn = sqliteDSN(path)
 	b.open = func(t testing.TB) *sql.DB {
-		db, err := sql.Open("sqlite", sqliteDSN(path))
+		db, err := sql.Open("sqlite", b.dsn)
 		if err != nil {
 			t.Fatalf("sqlite: %v", err)
 		}
