@@ -74,10 +74,13 @@ func RunChild() error {
 		rcv     *receiver.Receiver
 		handler receiver.Handler
 	)
-	if cfg.Store == StoreInbox {
-		if ib, handler, err = inboxTier(ctx, cfg, db, led, g, metrics); err != nil {
+	if cfg.Store == StoreInbox || cfg.Store == StorePgxInbox {
+		ibh, h, closeInbox, err := inboxTier(ctx, cfg, db, led, g, metrics)
+		if err != nil {
 			return err
 		}
+		defer closeInbox()
+		ib, handler = ibh, h
 	} else {
 		sels, h, closeStore, err := storeTier(ctx, cfg, db, led, g)
 		if err != nil {

@@ -28,6 +28,9 @@ const (
 	// StoreInbox is the transactional inbox: the key is recorded in the
 	// ledger's own transaction.
 	StoreInbox = "inbox"
+	// StorePgxInbox is the same inbox natively on a pgx pool (package
+	// inbox/pgxinbox); PostgreSQL only.
+	StorePgxInbox = "pgxinbox"
 	// StoreSQLite, StorePostgres and StoreRedis are the external
 	// idempotency stores of package idempotency.
 	StoreSQLite   = "sqlite-store"

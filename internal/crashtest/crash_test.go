@@ -46,6 +46,7 @@ func TestCrash(t *testing.T) {
 		{"stomp-inbox-sqlite", STOMP, SQLite, StoreInbox, 1},
 		{"amqp-inbox-postgres", AMQP, PostgreSQL, StoreInbox, 1},
 		{"amqp-inbox-sqlite", AMQP, SQLite, StoreInbox, 1},
+		{"stomp-pgxinbox-postgres", STOMP, PostgreSQL, StorePgxInbox, 1},
 		{"stomp-inbox-postgres-two-consumers", STOMP, PostgreSQL, StoreInbox, 2},
 		{"stomp-inbox-sqlite-two-consumers", STOMP, SQLite, StoreInbox, 2},
 		{"amqp-inbox-postgres-two-consumers", AMQP, PostgreSQL, StoreInbox, 2},

@@ -386,7 +386,10 @@ func prepareStore(t testing.TB, cfg *Config, db *sql.DB, id string) {
 	t.Helper()
 	switch cfg.Store {
 	case StoreNone:
-	case StoreInbox:
+	case StoreInbox, StorePgxInbox:
+		if cfg.Store == StorePgxInbox && cfg.DB != PostgreSQL {
+			t.Fatalf("crashtest: pgxinbox needs the PostgreSQL ledger")
+		}
 		cfg.StoreAt = "crash_inbox_" + id
 		prepareInbox(t, cfg, db)
 	case StoreSQLite:
