@@ -23,11 +23,21 @@ func TestCrashChild(t *testing.T) {
 // Every crash run: 3000 messages, 8 kills of child 0, a few milliseconds
 // of sleep in each kill window so that kills land there.
 const (
-	messages    = 3000
-	kills       = 8
-	effectDelay = 5 * time.Millisecond
-	ackDelay    = 5 * time.Millisecond
+	messages = 3000
+	kills    = 8
+	ackDelay = 5 * time.Millisecond
 )
+
+// effectDelay is the sleep in the effect window. On SQLite the inbox's
+// transaction holds the database's one write lock while it sleeps, so
+// every delivery of every process waits for it: a shorter sleep keeps the
+// run short, and the commit's own disk sync still widens the window.
+func effectDelay(db string) time.Duration {
+	if db == SQLite {
+		return time.Millisecond
+	}
+	return 5 * time.Millisecond
+}
 
 // TestCrash kills consumers whose effect and duplicate record share one
 // database transaction (the transactional inbox) and requires exactly
@@ -53,7 +63,7 @@ func TestCrash(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Run(t, Plan{Transport: tc.transport, DB: tc.db, Store: tc.store, Consumers: tc.consumers,
-				Messages: messages, Kills: kills, EffectDelay: effectDelay, AckDelay: ackDelay})
+				Messages: messages, Kills: kills, EffectDelay: effectDelay(tc.db), AckDelay: ackDelay})
 			checkCommon(t, r)
 			if r.Twice > 0 {
 				t.Errorf("applied twice: %d keys (first: %v)", r.Twice, r.FirstTwice)
@@ -103,7 +113,7 @@ func TestCrashGaps(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Run(t, Plan{Transport: tc.transport, DB: tc.db, Store: tc.store,
-				Messages: messages, Kills: kills, EffectDelay: effectDelay, AckDelay: ackDelay})
+				Messages: messages, Kills: kills, EffectDelay: effectDelay(tc.db), AckDelay: ackDelay})
 			checkCommon(t, r)
 			if r.Twice > 0 {
 				t.Logf("applied twice: %d keys (first: %v), not asserted: %s", r.Twice, r.FirstTwice, tc.note)
