@@ -5,7 +5,8 @@
 // -test.run) that builds a real stompconsumer or rabbitconsumer and applies
 // every message to a ledger table (key primary key, count of
 // applications) in PostgreSQL or an SQLite file. The parent (Run) fills
-// the queue, starts the child, stops and kills it at random moments,
+// the queue, starts the child, stops and kills it at random moments
+// spread over the work (random numbers of keys applied, plus a jitter),
 // restarts it after every kill, and at the end compares the ledger with
 // what it sent and checks that the queue and the dead-letter queues are
 // empty.

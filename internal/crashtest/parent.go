@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,9 +49,10 @@ type Plan struct {
 	// Consumers is the number of consumer processes on the queue (1 or
 	// 2); only child 0 is killed.
 	Consumers int
-	// MaxLife bounds the random time a child runs (from its first
-	// handler call) before it is killed.
-	MaxLife time.Duration
+	// Jitter bounds the random delay between a kill's progress point
+	// being reached and the kill; 0 means 30 ms (a few deliveries' time,
+	// so that the kill's moment within a delivery is random too).
+	Jitter time.Duration
 	// EffectDelay and AckDelay widen the kill windows (see Config).
 	EffectDelay, AckDelay time.Duration
 	// ClaimTTL is the external stores' lease; 0 means 2 s, short so a
@@ -73,6 +75,9 @@ type Result struct {
 	// can have applied twice; InSettled the duplicates the durable tier
 	// absorbs after the restarts.
 	InEffect, InSettled int64
+	// AppliedUnderKills is the number of keys in the ledger when the last
+	// killed child was restarted: the work done while kills were landing.
+	AppliedUnderKills int
 	// Lost is the number of keys never applied, Twice the keys applied more
 	// than once, Unknown ledger keys nobody sent.
 	Lost, Twice, Unknown int
@@ -123,10 +128,10 @@ func (r Result) String() string {
 	if r.BrokerDLQLeft >= 0 {
 		dlq = fmt.Sprint(r.BrokerDLQLeft)
 	}
-	return fmt.Sprintf("crash %s store=%s db=%s consumers=%d messages=%d kills=%d (effect-window %d with %d deliveries, settle-ack-window %d with %d, elsewhere %d) "+
+	return fmt.Sprintf("crash %s store=%s db=%s consumers=%d messages=%d kills=%d (effect-window %d with %d deliveries, settle-ack-window %d with %d, elsewhere %d) applied-under-kills=%d "+
 		"lost=%d twice=%d redelivered=%d duplicates(audit=%d store=%d in-flight=%d other=%d) handler-calls=%d processed=%d retries=%d "+
 		"dead-lettered=%d handler-errors=%d processed-by-child=%v left(queue=%d dlq=%d broker-dlq=%s) time=%.1fs",
-		p.Transport, p.Store, p.DB, p.Consumers, p.Messages, r.Kills, r.KillsEffect, r.InEffect, r.KillsSettled, r.InSettled, r.KillsElsewhere,
+		p.Transport, p.Store, p.DB, p.Consumers, p.Messages, r.Kills, r.KillsEffect, r.InEffect, r.KillsSettled, r.InSettled, r.KillsElsewhere, r.AppliedUnderKills,
 		r.Lost, r.Twice, r.Totals.Redelivered, r.Totals.DuplicatesAudit, r.Totals.DuplicatesStore, r.Totals.DuplicatesInFlight,
 		r.Totals.DuplicatesOther, r.Totals.Calls, r.Totals.Processed, r.Totals.Retries, r.Totals.DeadLettered,
 		r.Totals.HandlerErrors, r.ProcessedBy, r.QueueLeft, r.DeadLetterLeft, dlq, r.Elapsed.Seconds())
@@ -134,7 +139,6 @@ func (r Result) String() string {
 
 // Deadlines of the parent's waits.
 const (
-	startDeadline    = 30 * time.Second  // a child's first handler call
 	exitDeadline     = 15 * time.Second  // a killed child's exit
 	stopDeadline     = 30 * time.Second  // a child's exit after SIGTERM
 	completeDeadline = 120 * time.Second // the ledger complete and the consumers quiet
@@ -143,8 +147,8 @@ const (
 )
 
 // Run carries out p: it produces p.Messages messages, starts the
-// children, kills child 0 p.Kills times at random moments (restarting it
-// each time), waits until the ledger holds every key and the consumers
+// children, kills child 0 p.Kills times at random moments spread over the
+// work (restarting it each time), waits until the ledger holds every key and the consumers
 // are quiet, stops them with SIGTERM and counts what was lost, applied
 // twice and left behind. It logs the summary line and returns the result;
 // the caller asserts. Missing services skip the test (fail under CI=true).
@@ -153,8 +157,8 @@ func Run(t testing.TB, p Plan) Result {
 	if p.Consumers <= 0 {
 		p.Consumers = 1
 	}
-	if p.MaxLife <= 0 {
-		p.MaxLife = 700 * time.Millisecond
+	if p.Jitter <= 0 {
+		p.Jitter = 30 * time.Millisecond
 	}
 	if p.ClaimTTL <= 0 {
 		p.ClaimTTL = 2 * time.Second
@@ -282,12 +286,20 @@ func Run(t testing.TB, p Plan) Result {
 		}
 	}
 
+	// The kills land at random points of the work (keys in the ledger,
+	// below 95% of them), each after a random jitter, so that they are
+	// spread over the whole run and never wait for work that is done.
+	points := make([]int, p.Kills)
+	for i := range points {
+		points[i] = rng.IntN(p.Messages * 95 / 100)
+	}
+	slices.Sort(points)
 	k := children[0]
-	for range p.Kills {
-		if err := k.awaitCalls(startDeadline); err != nil {
+	for _, point := range points {
+		if err := awaitKillPoint(ctx, led, point, p.Messages, k); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(rng.Int64N(int64(p.MaxLife))))
+		time.Sleep(time.Duration(rng.Int64N(int64(p.Jitter))))
 		effect, settled, calls, err := k.kill()
 		if err != nil {
 			t.Fatal(err)
@@ -316,6 +328,10 @@ func Run(t testing.TB, p Plan) Result {
 		if err := k.start(); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	if res.AppliedUnderKills, _, err = led.counts(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	// Every key applied, or the consumers idle with keys missing (then
@@ -450,6 +466,31 @@ func randomID(t testing.TB) string {
 	return hex.EncodeToString(b[:])
 }
 
+// awaitKillPoint waits until the ledger holds at least point of the n
+// keys and the child has called its handler (a child that cannot get work
+// because another consumer applied everything is killed anyway). It fails
+// when the child exits or after completeDeadline.
+func awaitKillPoint(ctx context.Context, led *ledger, point, n int, c *child) error {
+	deadline := time.Now().Add(completeDeadline)
+	for {
+		keys, _, err := led.counts(ctx)
+		if err != nil {
+			return err
+		}
+		if keys >= point && (c.g.load(gaugeCalls) > 0 || keys >= n) {
+			return nil
+		}
+		if err := c.exited(); err != nil {
+			return fmt.Errorf("child %d (run %d) exited while the ledger held %d keys, before its kill at %d: %v\n%s", c.idx, c.runs, keys, point, err, c.tail(30))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("child %d (run %d): %v after its start the ledger holds %d keys and its handler was called %d times; its kill waits for %d keys and a call",
+				c.idx, c.runs, completeDeadline, keys, c.g.load(gaugeCalls), point)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // awaitLedger waits until the ledger holds n keys and then until every
 // child is connected and no child's Delivered counter has moved for
 // quietFor (so whatever the queue still held, redeliveries and retry
@@ -561,21 +602,6 @@ func (c *child) exited() error {
 	default:
 		return nil
 	}
-}
-
-// awaitCalls waits until the current process has called its handler.
-func (c *child) awaitCalls(d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for c.g.load(gaugeCalls) == 0 {
-		if err := c.exited(); err != nil {
-			return fmt.Errorf("child %d (run %d) exited before its first handler call: %v\n%s", c.idx, c.runs, err, c.tail(30))
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("child %d (run %d) did not call its handler within %v: consumer not started\n%s", c.idx, c.runs, d, c.tail(30))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return nil
 }
 
 // kill freezes the process with SIGSTOP, reads how many deliveries are in
