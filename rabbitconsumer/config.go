@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"time"
 
@@ -143,6 +144,19 @@ type Config struct {
 	Store    idempotency.Store
 	StoreURL string
 
+	// Inbox is the transactional inbox (an *inbox.Inbox or a
+	// *pgxinbox.Inbox): it records each delivery's key in the handler's own
+	// database transaction, so effect and key commit together, and Handler
+	// gets that transaction through inbox.Handler (pgxinbox.Handler). It
+	// runs after the memory tier, in place of Store: setting it with Store
+	// or StoreURL is an error, and so are a prebuilt Receiver (put the
+	// inbox in its Selectors), DuplicatePolicy DuplicateDeliver and
+	// MissingKey MissingKeyProcess (both would run the handler without the
+	// transaction), and a database pool with fewer connections than
+	// Concurrency (each running delivery holds one). The inbox scopes its
+	// keys by its own Options.Namespace, not by Namespace.
+	Inbox receiver.Selector
+
 	// Namespace scopes the store's keys; default the queue name, which
 	// makes the key Fency's (queue name, message id).
 	Namespace string
@@ -264,7 +278,36 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DeadLetterExchange == "" && c.DeadLetterRoutingKey == c.Queue {
 		return c, fmt.Errorf("%w: dead letters would be routed back to %q", ErrConfig, c.Queue)
 	}
+	if c.Inbox != nil {
+		if err := c.checkInbox(); err != nil {
+			return c, err
+		}
+	}
 	return c, nil
+}
+
+// checkInbox refuses configurations that would defeat the transactional
+// inbox.
+func (c Config) checkInbox() error {
+	if v := reflect.ValueOf(c.Inbox); v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Errorf("%w: Inbox is a nil %T", ErrConfig, c.Inbox)
+	}
+	switch {
+	case c.Store != nil || c.StoreURL != "":
+		return fmt.Errorf("%w: Inbox and Store (or StoreURL) both set: the inbox records keys in the handler's transaction, while a store claims and confirms outside it, and a crash between effect and confirm would leave the store's claim open; use one", ErrConfig)
+	case c.Receiver != nil:
+		return fmt.Errorf("%w: Inbox set with a prebuilt Receiver, which would run without it; put the inbox in that Receiver's Config.Selectors instead", ErrConfig)
+	case c.DuplicatePolicy == receiver.DuplicateDeliver:
+		return fmt.Errorf("%w: Inbox with DuplicateDeliver: a duplicate would reach the handler without the inbox's transaction; use another duplicate policy", ErrConfig)
+	case c.MissingKey == receiver.MissingKeyProcess:
+		return fmt.Errorf("%w: Inbox with MissingKeyProcess: a delivery without a key would reach the handler without the inbox's transaction; dead-letter it instead", ErrConfig)
+	}
+	if p, ok := c.Inbox.(interface{ MaxOpenConns() int }); ok {
+		if n := p.MaxOpenConns(); n > 0 && n < c.Concurrency {
+			return fmt.Errorf("%w: the inbox's database pool allows %d connections but Concurrency is %d, and each running delivery holds a connection for its transaction; raise the pool's limit or lower Concurrency", ErrConfig, n, c.Concurrency)
+		}
+	}
+	return nil
 }
 
 // tlsConfig builds the client TLS configuration for an amqps:// URL from

@@ -213,11 +213,14 @@ func (c *Consumer) buildReceiver(ctx context.Context) (*receiver.Receiver, func(
 		}
 		store, closeStore = s, func() { s.Close() }
 	}
-	if store == nil {
+	var selectors []receiver.Selector
+	if c.cfg.Inbox != nil {
+		selectors = []receiver.Selector{c.cfg.Inbox}
+	} else if store == nil {
 		c.log.Warn("rabbitconsumer: no idempotency store; duplicates after a restart or on another consumer are not recognised")
 	}
 	r, err := receiver.New(receiver.Config{
-		Audit: c.cfg.Audit, Store: store, Namespace: c.cfg.Namespace,
+		Audit: c.cfg.Audit, Store: store, Namespace: c.cfg.Namespace, Selectors: selectors,
 		MaxAttempts: c.cfg.MaxAttempts, Backoff: c.cfg.Backoff,
 		Duplicates: c.cfg.DuplicatePolicy, OnDuplicate: c.cfg.OnDuplicate, MissingKey: c.cfg.MissingKey,
 		Metrics: c.metrics, Logger: c.log,

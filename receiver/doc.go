@@ -39,7 +39,8 @@
 // before a crash or on another machine is recognised after restart. A
 // handler whose effect landed but whose confirm did not (a crash between
 // the two) runs again on redelivery: at-least-once cannot prevent that
-// unless the effect and the confirm share one transaction. Without a store,
+// unless the effect and the confirm share one transaction, which is what
+// package inbox (the transactional inbox) does. Without a store,
 // an id below the audit window is treated as new (fail-open, counted), and
 // an audit restored from a snapshot is trusted, so snapshot it only when
 // nothing is in flight.

@@ -391,12 +391,16 @@ func (r *Receiver) settle(ctx context.Context, ds []Decision, st Settlement) err
 	return nil
 }
 
-// run runs h with panics recovered, renewing leases while it runs. A
+// run runs h with panics recovered, in the context the decisions' Context
+// hooks derive, renewing leases while it runs. A
 // renewal that finds the claim lost cancels the handler's context with
 // idempotency.ErrClaimLost as the cause.
 func (r *Receiver) run(ctx context.Context, m *Message, h Handler, ds []Decision) error {
 	var renewals []Decision
 	for _, d := range ds {
+		if d.Context != nil {
+			ctx = d.Context(ctx)
+		}
 		if d.Renew != nil && d.RenewEvery > 0 {
 			renewals = append(renewals, d)
 		}

@@ -125,6 +125,15 @@ type Decision struct {
 	Renew func(ctx context.Context) error
 	// RenewEvery is the renewal period; <= 0 disables renewal.
 	RenewEvery time.Duration
+	// Context, when non-nil on Accept, derives the handler's context from
+	// the delivery's: the receiver calls it once, after every selector
+	// accepted and before the handler runs, in selector order. It is how a
+	// selector hands the handler something it opened for this delivery
+	// (the transactional inbox passes its open database transaction as a
+	// context value). It must not block and must return a context derived
+	// from its argument; it is not called for deliveries the handler sees
+	// without every selector accepting (DuplicateDeliver, MissingKeyProcess).
+	Context func(ctx context.Context) context.Context
 }
 
 // SelectorFunc adapts a stateless function to Selector: it never records

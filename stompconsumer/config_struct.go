@@ -108,6 +108,20 @@ type Config struct {
 	// surviving restarts); nil means the in-memory tier alone.
 	Store idempotency.Store
 
+	// Inbox is the transactional inbox (an *inbox.Inbox or a
+	// *pgxinbox.Inbox): it records each delivery's key in the handler's own
+	// database transaction, so effect and key commit together, and the
+	// subscriptions' handlers get that transaction through inbox.Handler
+	// (pgxinbox.Handler). It runs after the memory tier, in place of Store:
+	// setting both is an error, and so are a prebuilt Receiver (put the
+	// inbox in its Selectors), DuplicatePolicy DuplicateDeliver and
+	// MissingKey MissingKeyProcess (both would run the handler without the
+	// transaction), and a database pool with fewer connections than the
+	// subscriptions' total Concurrency (each running delivery holds one).
+	// The inbox scopes its keys by its own Options.Namespace, not by
+	// Namespace.
+	Inbox receiver.Selector
+
 	// Namespace scopes the store's keys; "" means the destination (so
 	// consumers of one queue share their keys).
 	Namespace string

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -156,6 +157,16 @@ func New(cfg Config) (*Consumer, error) {
 		subs[i] = s
 	}
 
+	if cfg.Inbox != nil {
+		total := 0
+		for _, s := range subs {
+			total += s.Concurrency
+		}
+		if err := checkInbox(cfg, total); err != nil {
+			return nil, err
+		}
+	}
+
 	c := &Consumer{cfg: cfg, log: log, red: red, subs: subs}
 	c.dial = &dialer{endpoints: eps, tls: tc, login: cfg.Login, passcode: cfg.Passcode, vhost: cfg.VirtualHost,
 		clientID: cfg.ClientID, heartBeat: cfg.HeartBeat, timeout: cfg.ConnectTimeout,
@@ -174,9 +185,14 @@ func New(cfg Config) (*Consumer, error) {
 		if cfg.KeyFunc != nil {
 			kf = CarriedKey(cfg.KeyFunc)
 		}
+		var selectors []receiver.Selector
+		if cfg.Inbox != nil {
+			selectors = []receiver.Selector{cfg.Inbox}
+		}
 		c.rcv, err = receiver.New(receiver.Config{
 			Audit:       audit,
 			Store:       cfg.Store,
+			Selectors:   selectors,
 			Namespace:   cfg.Namespace,
 			KeyFunc:     kf,
 			MissingKey:  cfg.MissingKey,
@@ -780,4 +796,28 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// checkInbox refuses configurations that would defeat the transactional
+// inbox; handlers is the number of handler goroutines.
+func checkInbox(cfg Config, handlers int) error {
+	if v := reflect.ValueOf(cfg.Inbox); v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Errorf("%w: Inbox is a nil %T", ErrConfig, cfg.Inbox)
+	}
+	switch {
+	case cfg.Store != nil:
+		return fmt.Errorf("%w: Inbox and Store both set: the inbox records keys in the handler's transaction, while a store claims and confirms outside it, and a crash between effect and confirm would leave the store's claim open; use one", ErrConfig)
+	case cfg.Receiver != nil:
+		return fmt.Errorf("%w: Inbox set with a prebuilt Receiver, which would run without it; put the inbox in that Receiver's Config.Selectors instead", ErrConfig)
+	case cfg.DuplicatePolicy == receiver.DuplicateDeliver:
+		return fmt.Errorf("%w: Inbox with DuplicateDeliver: a duplicate would reach the handler without the inbox's transaction; use another duplicate policy", ErrConfig)
+	case cfg.MissingKey == receiver.MissingKeyProcess:
+		return fmt.Errorf("%w: Inbox with MissingKeyProcess: a delivery without a key would reach the handler without the inbox's transaction; dead-letter it instead", ErrConfig)
+	}
+	if p, ok := cfg.Inbox.(interface{ MaxOpenConns() int }); ok {
+		if n := p.MaxOpenConns(); n > 0 && n < handlers {
+			return fmt.Errorf("%w: the inbox's database pool allows %d connections but %d handlers run at once, and each holds a connection for its transaction; raise the pool's limit or lower Concurrency", ErrConfig, n, handlers)
+		}
+	}
+	return nil
 }

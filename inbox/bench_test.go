@@ -1,0 +1,59 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"testing"
+
+	"github.com/acemq/msgaudit/inbox"
+	"github.com/acemq/msgaudit/receiver"
+)
+
+// BenchmarkInbox is the inbox's cost per message through a receiver: a new
+// key (BEGIN, INSERT, the handler's no-op, COMMIT) and a recorded key seen
+// by a process that does not remember it (BEGIN, INSERT that finds the
+// row, ROLLBACK). SQLite is a WAL file in a temp dir with the default
+// synchronous setting; PostgreSQL is MSGAUDIT_POSTGRES_URL.
+func BenchmarkInbox(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		open func(testing.TB) *backend
+	}{
+		{"sqlite", newSQLite},
+		{"postgres", func(t testing.TB) *backend { return newPostgres(t, false) }},
+	} {
+		b.Run(c.name+"/new", func(b *testing.B) {
+			be := c.open(b)
+			ib := be.newInbox(b, inbox.Options{})
+			r := newReceiver(b, ib, nil)
+			h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return nil })
+			prefix := "b-" + randHex(4) + "-"
+			ctx := context.Background()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if res := r.Process(ctx, msg(prefix+strconv.Itoa(i)), h); res.Action != receiver.Ack {
+					b.Fatalf("delivery %d: %v %s %v", i, res.Action, res.Reason, res.Err)
+				}
+			}
+		})
+		b.Run(c.name+"/duplicate", func(b *testing.B) {
+			be := c.open(b)
+			ib := be.newInbox(b, inbox.Options{})
+			h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return nil })
+			key := "dup-" + randHex(4)
+			if res := process(b, newReceiver(b, ib, nil), msg(key), h); res.Action != receiver.Ack {
+				b.Fatalf("first delivery: %v", res.Action)
+			}
+			ctx := context.Background()
+			m := msg(key)
+			b.ReportAllocs()
+			for b.Loop() {
+				d, err := ib.Select(ctx, m)
+				if err != nil || d.Verdict != receiver.Reject {
+					b.Fatalf("Select of a recorded key: %v, %v", d.Verdict, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,61 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/acemq/msgaudit/inbox"
+)
+
+// TestNewRejects: bad options and databases that do not fit them fail at
+// New with ErrConfig, saying what is wrong.
+func TestNewRejects(t *testing.T) {
+	good := newSQLite(t)
+	dir := t.TempDir()
+	openRaw := func(dsn string) *sql.DB {
+		db, err := sql.Open("sqlite", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}
+	cases := []struct {
+		name string
+		db   *sql.DB
+		o    inbox.Options
+		want string // in the error
+	}{
+		{"nil db", nil, inbox.Options{Dialect: inbox.SQLite}, "nil *sql.DB"},
+		{"zero dialect", good.db, inbox.Options{}, "Dialect is required"},
+		{"unknown dialect", good.db, inbox.Options{Dialect: 9}, "unknown dialect"},
+		{"bad table", good.db, inbox.Options{Dialect: inbox.SQLite, Table: "x; DROP TABLE y"}, "invalid table name"},
+		{"long table", good.db, inbox.Options{Dialect: inbox.SQLite, Table: strings.Repeat("t", 48)}, "invalid table name"},
+		{"negative retention", good.db, inbox.Options{Dialect: inbox.SQLite, Retention: -1}, "negative Retention"},
+		{"negative key length", good.db, inbox.Options{Dialect: inbox.SQLite, MaxKeyLength: -1}, "negative MaxKeyLength"},
+		{"negative purge batch", good.db, inbox.Options{Dialect: inbox.SQLite, PurgeBatch: -1}, "negative PurgeBatch"},
+		{"sqlite read committed", good.db, inbox.Options{Dialect: inbox.SQLite, Isolation: sql.LevelReadCommitted}, "not supported on SQLite"},
+		{"postgres snapshot", good.db, inbox.Options{Dialect: inbox.PostgreSQL, Isolation: sql.LevelSnapshot}, "not supported on PostgreSQL"},
+		{"postgres dialect on sqlite", good.db, inbox.Options{Dialect: inbox.PostgreSQL}, "does not answer as postgresql"},
+		{"no busy timeout", openRaw("file:" + filepath.Join(dir, "a.db") + "?_txlock=immediate"), inbox.Options{Dialect: inbox.SQLite}, "busy_timeout"},
+		{"deferred transactions", openRaw("file:" + filepath.Join(dir, "b.db") + "?_pragma=busy_timeout(1000)"), inbox.Options{Dialect: inbox.SQLite}, "_txlock=immediate"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ib, err := inbox.New(context.Background(), c.db, c.o)
+			if err == nil || !errors.Is(err, inbox.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("New = %v, %v; want an ErrConfig saying %q", ib, err, c.want)
+			}
+		})
+	}
+	// The DSN the documentation asks for passes, and New is idempotent.
+	for range 2 {
+		if _, err := inbox.New(context.Background(), good.db, inbox.Options{Dialect: inbox.SQLite, Table: good.table}); err != nil {
+			t.Fatalf("New on a good DSN: %v", err)
+		}
+	}
+}

@@ -1,0 +1,241 @@
+// Package inboxsql holds what the transactional inbox's two front ends
+// (package inbox on database/sql, package inbox/pgxinbox on pgx) share: the
+// table's SQL for each dialect, table-name validation, how keys and
+// namespaces are stored, and how database calls are counted in
+// receiver.Metrics.
+package inboxsql
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/receiver"
+)
+
+// Defaults shared by both front ends.
+const (
+	// DefaultTable is the inbox table's name when Options.Table is "".
+	DefaultTable = "msgaudit_inbox"
+	// DefaultRetention is how long a row is kept at least (the stores'
+	// default retention).
+	DefaultRetention = idempotency.DefaultRetention
+	// DefaultMaxKeyLength is the longest key or namespace stored verbatim.
+	DefaultMaxKeyLength = idempotency.DefaultMaxKeyLength
+	// DefaultPurgeBatch is how many rows one Purge statement deletes.
+	DefaultPurgeBatch = 1000
+)
+
+// indexSuffix names the recorded_at index: table name + suffix.
+const indexSuffix = "_recorded_at_idx"
+
+// tableRE accepts [schema.]name of plain identifiers, the name at most 47
+// bytes so that it plus indexSuffix fits PostgreSQL's 63-byte limit.
+var tableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z_][A-Za-z0-9_]{0,46})$`)
+
+// SQL is the inbox's statements for one table in one dialect. Insert takes
+// (namespace, key) and, for SQLite, the recording time as Unix
+// nanoseconds; it affects one row when the key is new and none when it is
+// recorded already. Contains takes (namespace, key). Purge takes (cutoff,
+// batch) and deletes at most batch rows recorded before cutoff, oldest
+// first, through the recorded_at index.
+type SQL struct {
+	Create                  []string
+	Insert, Contains, Purge string
+	// Probe fails unless the database speaks the dialect.
+	Probe string
+	// Postgres tells the dialect.
+	Postgres bool
+}
+
+// Build validates table ("" = DefaultTable) and returns its statements.
+func Build(table string, postgres bool) (SQL, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	m := tableRE.FindStringSubmatch(table)
+	if m == nil {
+		return SQL{}, fmt.Errorf("invalid table name %q (want [schema.]name of letters, digits and '_', the name at most 47 bytes)", table)
+	}
+	schema, name := m[1], m[2]
+	q := func(s string) string { return `"` + s + `"` }
+	t := q(name)
+	if schema != "" {
+		t = q(schema) + "." + q(name)
+	}
+	idx := q(name + indexSuffix)
+	if postgres {
+		return SQL{
+			Postgres: true,
+			Probe:    `SELECT current_setting('server_version_num')`,
+			Create: []string{
+				`CREATE TABLE IF NOT EXISTS ` + t + ` (
+	namespace   text        NOT NULL,
+	key         text        NOT NULL,
+	recorded_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (namespace, key)
+)`,
+				`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (recorded_at)`,
+			},
+			Insert:   `INSERT INTO ` + t + ` (namespace, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = $1 AND key = $2)`,
+			Purge: `DELETE FROM ` + t + ` WHERE (namespace, key) IN (SELECT namespace, key FROM ` + t +
+				` WHERE recorded_at < $1 ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+		}, nil
+	}
+	// SQLite: CREATE INDEX names the schema on the index, not the table.
+	sidx := idx
+	if schema != "" {
+		sidx = q(schema) + "." + idx
+	}
+	return SQL{
+		Probe: `SELECT sqlite_version()`,
+		Create: []string{
+			`CREATE TABLE IF NOT EXISTS ` + t + ` (
+	namespace   TEXT    NOT NULL,
+	key         TEXT    NOT NULL,
+	recorded_at INTEGER NOT NULL,
+	PRIMARY KEY (namespace, key)
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + sidx + ` ON ` + q(name) + ` (recorded_at)`,
+		},
+		Insert:   `INSERT INTO ` + t + ` (namespace, key, recorded_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING`,
+		Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = ?1 AND key = ?2)`,
+		Purge: `DELETE FROM ` + t + ` WHERE rowid IN (SELECT rowid FROM ` + t +
+			` WHERE recorded_at < ?1 ORDER BY recorded_at LIMIT ?2)`,
+	}, nil
+}
+
+// Time returns t as the dialect stores it: itself for PostgreSQL, Unix
+// nanoseconds for SQLite.
+func (s SQL) Time(t time.Time) any {
+	if s.Postgres {
+		return t
+	}
+	return t.UnixNano()
+}
+
+// InsertArgs returns the arguments of Insert.
+func (s SQL) InsertArgs(namespace, key string, now time.Time) []any {
+	if s.Postgres {
+		return []any{namespace, key}
+	}
+	return []any{namespace, key, now.UnixNano()}
+}
+
+// StorageKey returns s as stored: verbatim when it is at most max bytes of
+// valid UTF-8 without NUL (which PostgreSQL text cannot hold) and does not
+// start with idempotency.HashedKeyPrefix; otherwise that prefix and the hex
+// SHA-256 of s. A verbatim value never starts with the prefix and a hashed
+// one always does, so two different values never share a stored form
+// (short of a SHA-256 collision). Values are never truncated.
+func StorageKey(s string, max int) string {
+	if len(s) <= max && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 && !strings.HasPrefix(s, idempotency.HashedKeyPrefix) {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return idempotency.HashedKeyPrefix + hex.EncodeToString(sum[:])
+}
+
+// Namespacer returns the namespace function of receiver.StoreOptions: ns,
+// or the message's destination when ns is ""; topic deliveries append "#"
+// and the consumer.
+func Namespacer(ns string) func(m *receiver.Message) string {
+	return func(m *receiver.Message) string {
+		base := ns
+		if base == "" {
+			base = m.Destination
+		}
+		if m.IsTopic() {
+			return base + "#" + m.Consumer
+		}
+		return base
+	}
+}
+
+// Counter counts database calls in a receiver.Metrics's store counters.
+// Its zero value and a Counter of nil Metrics count nothing.
+type Counter struct {
+	m      *receiver.Metrics
+	bounds []time.Duration
+}
+
+// NewCounter returns a Counter for m (nil allowed).
+func NewCounter(m *receiver.Metrics) Counter {
+	return Counter{m: m, bounds: receiver.StoreBucketBounds()}
+}
+
+// Observe counts one call that took d (StoreCalls, StoreNanos,
+// StoreBuckets) and, when err is non-nil, an error (StoreErrors).
+func (c Counter) Observe(d time.Duration, err error) {
+	m := c.m
+	if m == nil {
+		return
+	}
+	m.StoreCalls.Add(1)
+	m.StoreNanos.Add(uint64(d))
+	for i, b := range c.bounds {
+		if d <= b {
+			m.StoreBuckets[i].Add(1)
+			break
+		}
+	}
+	if err != nil {
+		m.StoreErrors.Add(1)
+	}
+}
+
+// sqlStater is implemented by PostgreSQL driver errors (pgconn.PgError).
+type sqlStater interface{ SQLState() string }
+
+// Conflict reports whether err is a PostgreSQL serialization failure
+// (SQLSTATE 40001) or deadlock (40P01): the transaction lost a race and
+// the delivery must be retried.
+func Conflict(err error) bool {
+	var s sqlStater
+	if errors.As(err, &s) {
+		switch s.SQLState() {
+		case "40001", "40P01":
+			return true
+		}
+	}
+	return false
+}
+
+// Describe wraps err from operation op with the inbox prefix, naming a
+// serialization failure or deadlock as such.
+func Describe(op string, err error) error {
+	if Conflict(err) {
+		return fmt.Errorf("inbox: %s: lost a serialization race (the delivery is requeued): %w", op, err)
+	}
+	return fmt.Errorf("inbox: %s: %w", op, err)
+}
+
+// Limits validates and defaults the numeric options: a zero retention,
+// key length or purge batch means its default, a negative one is an error.
+func Limits(retention time.Duration, maxKeyLength, purgeBatch int) (time.Duration, int, int, error) {
+	switch {
+	case retention < 0:
+		return 0, 0, 0, fmt.Errorf("negative Retention %v", retention)
+	case maxKeyLength < 0:
+		return 0, 0, 0, fmt.Errorf("negative MaxKeyLength %d", maxKeyLength)
+	case purgeBatch < 0:
+		return 0, 0, 0, fmt.Errorf("negative PurgeBatch %d", purgeBatch)
+	}
+	if retention == 0 {
+		retention = DefaultRetention
+	}
+	if maxKeyLength == 0 {
+		maxKeyLength = DefaultMaxKeyLength
+	}
+	if purgeBatch == 0 {
+		purgeBatch = DefaultPurgeBatch
+	}
+	return retention, maxKeyLength, purgeBatch, nil
+}

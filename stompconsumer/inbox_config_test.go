@@ -1,0 +1,79 @@
+package stompconsumer
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/inbox"
+	"github.com/acemq/msgaudit/receiver"
+	_ "modernc.org/sqlite"
+)
+
+// testInbox returns an SQLite inbox in a temp dir whose pool allows conns
+// connections.
+func testInbox(t *testing.T, conns int) *inbox.Inbox {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "inbox.db")+"?_txlock=immediate&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(conns)
+	ib, err := inbox.New(context.Background(), db, inbox.Options{Dialect: inbox.SQLite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ib
+}
+
+// TestConfigInbox: an Inbox is one line of Config and becomes the
+// receiver's durable tier; configurations that would defeat it fail at New.
+func TestConfigInbox(t *testing.T) {
+	h := func(context.Context, *receiver.Message) error { return nil }
+	base := func(ib receiver.Selector) Config {
+		return Config{Addresses: []string{"127.0.0.1:1"}, Inbox: ib, Concurrency: 2,
+			Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}, {Destination: "/queue/b", Handler: h}}}
+	}
+	ib := testInbox(t, 4)
+	c, err := New(base(ib))
+	if err != nil {
+		t.Fatalf("New with an Inbox: %v", err)
+	}
+	names := []string{}
+	for _, s := range c.Receiver().Selectors() {
+		names = append(names, s.Name())
+	}
+	if !slices.Equal(names, []string{"memory", "inbox"}) {
+		t.Errorf("receiver selectors %v; want [memory inbox]", names)
+	}
+	prebuilt, err := receiver.New(receiver.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, want string
+		mod        func(*Config)
+	}{
+		{"typed nil inbox", "nil *inbox.Inbox", func(c *Config) { c.Inbox = (*inbox.Inbox)(nil) }},
+		{"inbox and store", "Inbox and Store both set", func(c *Config) { c.Store = idempotency.NewMemory(idempotency.Options{}) }},
+		{"inbox and prebuilt receiver", "prebuilt Receiver", func(c *Config) { c.Receiver = prebuilt }},
+		{"inbox and DuplicateDeliver", "DuplicateDeliver", func(c *Config) { c.DuplicatePolicy = receiver.DuplicateDeliver }},
+		{"inbox and MissingKeyProcess", "MissingKeyProcess", func(c *Config) { c.MissingKey = receiver.MissingKeyProcess }},
+		{"pool smaller than the handlers", "allows 3 connections but 4 handlers", func(c *Config) { c.Inbox = testInbox(t, 3) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base(ib)
+			tc.mod(&cfg)
+			_, err := New(cfg)
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New = %v; want ErrConfig saying %q", err, tc.want)
+			}
+		})
+	}
+}
