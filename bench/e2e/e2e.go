@@ -181,14 +181,15 @@ func newPlan(o Options) (*plan, error) {
 			return nil, fmt.Errorf("%w: unknown broker %q (want %q or %q)", ErrOptions, b, STOMP, AMQP)
 		}
 	}
-	want := map[string]bool{}
+	want := map[string]bool{}       // variant ids asked for
+	wantBroker := map[string]bool{} // brokers with a variant asked for
 	for _, name := range o.Variants {
 		found := false
 		for _, v := range allVariants {
 			if name == v.id() || name == v.name {
 				found = true
 				if slices.Contains(brokers, v.broker) {
-					want[v.id()] = true
+					want[v.id()], wantBroker[v.broker] = true, true
 				}
 			}
 		}
@@ -201,7 +202,7 @@ func newPlan(o Options) (*plan, error) {
 		if !slices.Contains(brokers, v.broker) {
 			continue
 		}
-		if len(want) > 0 && !want[v.id()] && v.kind != bare {
+		if len(want) > 0 && !want[v.id()] && (v.kind != bare || !wantBroker[v.broker]) {
 			continue
 		}
 		p.variants = append(p.variants, v)
