@@ -31,7 +31,9 @@
 // run with Options.Concurrency handlers and Options.Prefetch; the bare
 // clients use the same prefetch (activemq.prefetchSize, basic.qos) and one
 // goroutine. Variants run interleaved round-robin over Options.Rounds rounds,
-// so that a slow spell of a shared machine spreads over all of them; each
+// so that a slow spell of a shared machine spreads over all of them, and
+// each round starts at another variant, so that none always follows the
+// same one; each
 // round's figure is also divided by that round's bare client of the same
 // broker.
 //

@@ -249,7 +249,8 @@ type Sample struct {
 }
 
 // Run pre-loads, consumes and verifies every chosen variant in every round,
-// interleaved round-robin, and returns the samples and their summary. It
+// interleaved round-robin (each round starts at another variant), and
+// returns the samples and their summary. It
 // stops at the first variant that fails (an error, a timeout, a message left
 // on a queue), returning the samples measured so far with the error.
 func Run(ctx context.Context, o Options) (*Report, error) {
@@ -267,7 +268,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := newReport(p)
 	for round := 1; round <= p.Rounds; round++ {
-		for _, v := range p.variants {
+		for _, v := range p.order(round) {
 			s, err := p.measure(ctx, v, round)
 			if err != nil {
 				rep.summarize()
@@ -280,6 +281,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.summarize()
 	return rep, nil
+}
+
+// order is the variants in the order round (from 1) runs them: the list
+// rotated by (round-1)·len/Rounds, so that no variant always runs right
+// after the same one (a broker still busy with the previous queue, a
+// store's first run after a long pause) and every round still runs each
+// once.
+func (p *plan) order(round int) []variant {
+	k := (round - 1) * len(p.variants) / p.Rounds % len(p.variants)
+	return append(slices.Clone(p.variants[k:]), p.variants[:k]...)
 }
 
 // names are a measurement's queue, table, key prefix and file names.

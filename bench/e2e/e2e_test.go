@@ -284,3 +284,26 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+// TestOrder checks that every round runs every variant once and that rounds
+// start at different variants.
+func TestOrder(t *testing.T) {
+	for _, rounds := range []int{1, 2, 3, 7, 20} {
+		p := &plan{Options: Options{Rounds: rounds}, variants: allVariants}
+		firsts := map[string]bool{}
+		for r := 1; r <= rounds; r++ {
+			got := p.order(r)
+			seen := map[string]int{}
+			for _, v := range got {
+				seen[v.id()]++
+			}
+			if len(got) != len(allVariants) || len(seen) != len(allVariants) {
+				t.Fatalf("rounds %d, round %d: order %v is not a permutation of the variants", rounds, r, got)
+			}
+			firsts[got[0].id()] = true
+		}
+		if want := min(rounds, len(allVariants)); len(firsts) != want {
+			t.Errorf("rounds %d: %d different first variants, want %d", rounds, len(firsts), want)
+		}
+	}
+}
