@@ -195,9 +195,55 @@ func browse(ctx context.Context, c *stomp.Conn, dest string) (int, error) {
 	}
 }
 
-// cleanup has nothing to remove: STOMP cannot delete a destination, and the
-// queues are empty (verifyEmpty) once a measurement succeeds.
-func (b *stompBroker) cleanup(context.Context, names) error { return nil }
+// cleanup consumes whatever a failed or interrupted measurement left on the
+// queue and its dead-letter queue (STOMP cannot delete a destination, so
+// the empty queues stay).
+func (b *stompBroker) cleanup(ctx context.Context, n names) error {
+	c, err := b.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Disconnect()
+	for _, d := range []string{queueDest(n), dlqDest(n)} {
+		if err := drain(ctx, c, d); err != nil {
+			return fmt.Errorf("draining %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// drain consumes (ack:auto) as many messages as a browse lists, until a
+// browse lists none.
+func drain(ctx context.Context, c *stomp.Conn, dest string) error {
+	left, err := browse(ctx, c, dest)
+	if err != nil || left == 0 {
+		return err
+	}
+	sub, err := c.Subscribe(dest, stomp.AckAuto)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	for left > 0 {
+		for range left {
+			select {
+			case m, ok := <-sub.C:
+				if !ok {
+					return errors.New("subscription closed while draining")
+				}
+				if m.Err != nil {
+					return m.Err
+				}
+			case <-ctx.Done():
+				return fmt.Errorf("%d messages not received: %w", left, ctx.Err())
+			}
+		}
+		if left, err = browse(ctx, c, dest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // stompBrowseTimeout bounds one verifying browse.
 const stompBrowseTimeout = 30 * time.Second
