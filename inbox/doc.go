@@ -94,5 +94,15 @@
 // file, not ":memory:" (each connection of a pool would get its own
 // database). SQLite admits one writer at a time: deliveries of a process
 // and of other processes sharing the file run their transactions one after
-// the other.
+// the other, each holding the write lock while its handler runs. A delivery
+// waits for the lock up to the busy timeout and is then requeued (never
+// acknowledged), so make the busy timeout longer than the slowest handler.
+//
+// # Metrics
+//
+// Options.Metrics counts every database call in the receiver.Metrics store
+// counters (StoreCalls, StoreNanos, StoreBuckets) and failed calls in
+// StoreErrors: a new key costs three (BEGIN, INSERT, COMMIT), a recorded
+// one three (BEGIN, INSERT, ROLLBACK). Duplicates the inbox rejects are
+// counted by the receiver under the reason "inbox" (DuplicatesOther).
 package inbox

@@ -3,6 +3,8 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -130,4 +132,53 @@ func TestFaultsSQLite(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestCommitBoundedBySettleTimeout: a COMMIT that waits for a lock (SQLite
+// in rollback-journal mode, a reader holding its shared lock, a busy
+// timeout of an hour) is given up at the receiver's SettleTimeout: the
+// delivery is requeued, nothing committed.
+func TestCommitBoundedBySettleTimeout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(3600000)&_pragma=journal_mode(DELETE)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ib, err := inbox.New(context.Background(), db, inbox.Options{Dialect: inbox.SQLite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if _, err := reader.ExecContext(context.Background(), `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := reader.QueryRowContext(context.Background(), `SELECT count(*) FROM `+inbox.DefaultTable).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	r := newReceiver(t, ib, func(c *receiver.Config) { c.SettleTimeout = 200 * time.Millisecond })
+	done := make(chan receiver.Result, 1)
+	go func() {
+		done <- r.Process(context.Background(), msg("locked"), inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return nil }))
+	}()
+	var res receiver.Result
+	select {
+	case res = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the COMMIT waiting for the reader's lock was not given up at the SettleTimeout")
+	}
+	if res.Action != receiver.Requeue || !errors.Is(res.Err, inbox.ErrCommit) {
+		t.Errorf("result %v (%s, %v); want a requeue with ErrCommit", res.Action, res.Reason, res.Err)
+	}
+	if _, err := reader.ExecContext(context.Background(), `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	if contains(t, ib, "locked") {
+		t.Error("the key is recorded although its COMMIT was given up")
+	}
 }

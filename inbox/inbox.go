@@ -288,7 +288,10 @@ func Tx(ctx context.Context) (*sql.Tx, bool) {
 //
 // A concurrent delivery of the same key in another transaction makes the
 // INSERT wait, in the database, for that transaction to end (bounded by
-// ctx): it then finds the key (a duplicate) or not (new work).
+// ctx): it then finds the key (a duplicate) or not (new work). When a
+// selector after the inbox rejects the delivery as finished work, the
+// receiver settles the inbox Completed and the key is committed without
+// the handler having run.
 func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Decision, error) {
 	key := m.IdempotencyKey()
 	if key == "" {
@@ -344,7 +347,11 @@ func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Deci
 	return receiver.Decision{
 		Verdict: receiver.Accept, Reason: "new", Detail: "new",
 		Context: func(c context.Context) context.Context { return context.WithValue(c, txKey{}, tx) },
-		Settle: func(_ context.Context, s receiver.Settlement) error {
+		Settle: func(sctx context.Context, s receiver.Settlement) error {
+			// The settlement's deadline (the receiver's SettleTimeout) ends
+			// the transaction's context, which makes the driver give up a
+			// COMMIT or ROLLBACK that hangs (a lock wait, a dead peer).
+			defer context.AfterFunc(sctx, cancel)()
 			defer cancel()
 			t0 := time.Now()
 			if s == receiver.Completed {

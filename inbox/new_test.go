@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acemq/msgaudit/inbox"
 )
@@ -56,6 +57,34 @@ func TestNewRejects(t *testing.T) {
 	for range 2 {
 		if _, err := inbox.New(context.Background(), good.db, inbox.Options{Dialect: inbox.SQLite, Table: good.table}); err != nil {
 			t.Fatalf("New on a good DSN: %v", err)
+		}
+	}
+}
+
+// TestNewConcurrent: processes starting at once all create the table "if
+// missing" on PostgreSQL, where concurrent CREATE ... IF NOT EXISTS can
+// collide in the catalog; every New succeeds.
+func TestNewConcurrent(t *testing.T) {
+	b := newPostgres(t, false)
+	table := b.table + "_c"
+	t.Cleanup(func() { _, _ = b.open(t).Exec(`DROP TABLE IF EXISTS ` + table) })
+	const n = 6
+	errs := make(chan error, n)
+	for range n {
+		db := b.open(t)
+		go func() {
+			_, err := inbox.New(context.Background(), db, inbox.Options{Dialect: inbox.PostgreSQL, Table: table})
+			errs <- err
+		}()
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("concurrent New: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("concurrent New calls did not return")
 		}
 	}
 }

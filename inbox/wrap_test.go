@@ -86,3 +86,29 @@ func TestNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestMetrics: the inbox counts its database calls and their errors in the
+// store counters of Options.Metrics; the receiver counts its duplicates.
+func TestMetrics(t *testing.T) {
+	b := newSQLite(t)
+	m := new(receiver.Metrics)
+	ib := b.newInbox(t, inbox.Options{Metrics: m})
+	h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return nil })
+	process(t, newReceiver(t, ib, nil), msg("m-1"), h)
+	process(t, newReceiver(t, ib, func(c *receiver.Config) { c.Metrics = m }), msg("m-1"), h)
+	s := m.Snapshot()
+	// new: BEGIN, INSERT, COMMIT; duplicate: BEGIN, INSERT, ROLLBACK.
+	if s.StoreCalls != 6 || s.StoreErrors != 0 || s.DuplicatesOther != 1 {
+		t.Errorf("store calls %d errors %d inbox duplicates %d; want 6, 0, 1", s.StoreCalls, s.StoreErrors, s.DuplicatesOther)
+	}
+	db := b.open(t)
+	broken, err := inbox.New(context.Background(), db, inbox.Options{Dialect: inbox.SQLite, Table: b.table, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	process(t, newReceiver(t, broken, nil), msg("m-2"), h)
+	if s := m.Snapshot(); s.StoreErrors != 1 {
+		t.Errorf("store errors %d after a failed BEGIN; want 1", s.StoreErrors)
+	}
+}
