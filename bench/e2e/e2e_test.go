@@ -82,6 +82,13 @@ func TestVerifyEmptyCountsUnacknowledged(t *testing.T) {
 	t.Run("stomp", func(t *testing.T) {
 		b := &stompBroker{addr: o.StompAddr}
 		n := p.names(variant{STOMP, "verify", bare}, 1)
+		t.Cleanup(func() { // drains the queue if the test failed before it did
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := b.cleanup(cctx, n); err != nil {
+				t.Error(err)
+			}
+		})
 		if err := b.preload(ctx, n, 3, body); err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +125,9 @@ func TestVerifyEmptyCountsUnacknowledged(t *testing.T) {
 		b := &amqpBroker{url: o.AMQPURL}
 		n := p.names(variant{AMQP, "verify", bare}, 1)
 		t.Cleanup(func() {
-			if err := b.cleanup(context.Background(), n); err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := b.cleanup(cctx, n); err != nil {
 				t.Error(err)
 			}
 		})
