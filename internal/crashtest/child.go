@@ -36,8 +36,8 @@ type childSnapshot struct {
 
 // RunChild is the body of a crash-test child process: it reads its Config
 // from the environment, consumes the queue until SIGTERM (or until it is
-// killed) and returns when the consumer has stopped. It is meant to be
-// called from the test function the parent runs with -test.run.
+// killed) and returns when the consumer has stopped. A crash-test
+// package's TestMain calls it when IsChild reports true.
 func RunChild() error {
 	cfg, idx, err := childConfig()
 	if err != nil {

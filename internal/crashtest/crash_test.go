@@ -3,21 +3,24 @@
 package crashtest
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
 )
 
-// TestCrashChild is the consumer process the crash tests start: the test
-// binary run again with -test.run=^TestCrashChild$ and its Config in the
-// environment. Run directly it skips.
-func TestCrashChild(t *testing.T) {
-	if !IsChild() {
-		t.Skip("runs only as a child process of the crash tests")
+// TestMain makes the test binary the consumer process the crash tests
+// start: run again with its Config in the environment, it is a child and
+// runs RunChild instead of the tests.
+func TestMain(m *testing.M) {
+	if IsChild() {
+		if err := RunChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "crash-test child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
-	if err := RunChild(); err != nil {
-		t.Fatal(err)
-	}
+	os.Exit(m.Run())
 }
 
 // Every crash run: 3000 messages, 8 kills of child 0, a few milliseconds

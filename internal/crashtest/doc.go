@@ -1,8 +1,8 @@
 // Package crashtest kills real consumer processes with SIGKILL and checks
 // msgaudit's promise afterwards: no message lost, none applied twice.
 //
-// A test binary re-executes itself as a child (RunChild, selected with
-// -test.run) that builds a real stompconsumer or rabbitconsumer and applies
+// A test binary re-executes itself as a child (its TestMain calls RunChild
+// when IsChild) that builds a real stompconsumer or rabbitconsumer and applies
 // every message to a ledger table (key primary key, count of
 // applications) in PostgreSQL or an SQLite file. The parent (Run) fills
 // the queue, starts the child, stops and kills it at random moments

@@ -23,20 +23,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ChildTest is the test function a crash test's package must define to
-// run RunChild (the parent re-executes the test binary with
-// -test.run=^TestCrashChild$):
-//
-//	func TestCrashChild(t *testing.T) {
-//		if !crashtest.IsChild() {
-//			t.Skip("runs only as a child of the crash tests")
-//		}
-//		if err := crashtest.RunChild(); err != nil {
-//			t.Fatal(err)
-//		}
-//	}
-const ChildTest = "TestCrashChild"
-
 // Plan is one crash-test run.
 type Plan struct {
 	// Transport is STOMP or AMQP; DB the ledger's database (PostgreSQL or
@@ -580,7 +566,7 @@ func (c *child) start() error {
 	}
 	c.runs++
 	fmt.Fprintf(c.log, "=== child %d, run %d\n", c.idx, c.runs)
-	cmd := exec.Command(c.exe, "-test.run=^"+ChildTest+"$", "-test.count=1", "-test.timeout=0")
+	cmd := exec.Command(c.exe, "-test.run=^$", "-test.count=1", "-test.timeout=0") // TestMain runs the child
 	cmd.Env = c.env
 	cmd.Stdout, cmd.Stderr = c.log, c.log
 	if err := cmd.Start(); err != nil {
