@@ -18,7 +18,7 @@ import (
 const Long = 30 * time.Second
 
 // TB is the part of a test the helpers need; *testing.T, *testing.B and
-// *rapid.T have it. Fatalf must end the calling goroutine (the testing
+// *testing.F have it. Fatalf must end the calling goroutine (the testing
 // package's Fatalf does); a TB whose Fatalf returns gets the helper's zero
 // result.
 type TB interface {
