@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 func TestOpen(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	dir := t.TempDir()
 	tests := []struct {
 		url  string

@@ -18,6 +18,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/storetest"
 	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // postgresTestURL returns MSGAUDIT_POSTGRES_URL, skipping the test when it is
@@ -90,7 +91,8 @@ func postgresTestPool(t testing.TB, tracer pgx.QueryTracer, maxConns int32) (*pg
 // newPostgresTestStore returns a migrated store on its own table.
 func newPostgresTestStore(t testing.TB, o idempotency.Options, tracer pgx.QueryTracer, maxConns int32) (*idempotency.Postgres, *pgxpool.Pool, string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	pool, table := postgresTestPool(t, tracer, maxConns)
 	p, err := idempotency.OpenPostgres(ctx, pool, table, o)
 	if err != nil {
@@ -120,7 +122,7 @@ func TestPostgresConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := idempotency.OpenPostgresURL(context.Background(), withQuery(raw, "msgaudit_table="+table.(string)), o)
+			s, err := idempotency.OpenPostgresURL(testwait.Context(t, time.Minute), withQuery(raw, "msgaudit_table="+table.(string)), o)
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -132,7 +134,7 @@ func TestPostgresConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
-			s, err := idempotency.OpenPostgres(context.Background(), pool, "t", o)
+			s, err := idempotency.OpenPostgres(testwait.Context(t, time.Minute), pool, "t", o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +185,7 @@ func TestPostgresTableNames(t *testing.T) {
 
 func TestPostgresMigrateIdempotent(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	pool, table := postgresTestPool(t, nil, 0)
 	// Several stores migrating the same table at once: all succeed.
 	var wg sync.WaitGroup
@@ -199,7 +201,7 @@ func TestPostgresMigrateIdempotent(t *testing.T) {
 			errs <- err
 		}()
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, time.Minute, "the end of the 4 concurrent OpenPostgres+Migrate calls")
 	close(errs)
 	for err := range errs {
 		if err != nil {
@@ -233,7 +235,7 @@ func TestPostgresMigrateIdempotent(t *testing.T) {
 
 func TestPostgresRoundTrips(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	var tr pgCounter
 	// One connection, so the warm-up prepares every statement on the
 	// connection the counted calls use.
@@ -310,7 +312,7 @@ func TestPostgresRoundTrips(t *testing.T) {
 // InProgress, none AlreadyConfirmed and no error.
 func TestPostgresTryClaimRaceOnExpired(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	p, _, _ := newPostgresTestStore(t, idempotency.Options{ClaimTTL: 20 * time.Millisecond}, nil, 0)
 	const keys, racers = 20, 16
 	for k := range keys {
@@ -331,7 +333,11 @@ func TestPostgresTryClaimRaceOnExpired(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				<-start
+				select {
+				case <-start:
+				case <-ctx.Done():
+					return // the test's deadline passed before the race began
+				}
 				out, _, err := p.TryClaim(ctx, key)
 				switch {
 				case err != nil:
@@ -344,7 +350,7 @@ func TestPostgresTryClaimRaceOnExpired(t *testing.T) {
 			}()
 		}
 		close(start)
-		wg.Wait()
+		testwait.Group(t, &wg, time.Minute, fmt.Sprintf("the end of the %d TryClaim racers on key %d", racers, k))
 		// The 20 ms lease of the winner can lapse during the race, letting a
 		// late racer take it over once more; a second winner is then
 		// correct. What must hold: at least one, and never two at once,
@@ -361,7 +367,7 @@ func TestPostgresTryClaimRaceOnExpired(t *testing.T) {
 // transaction instead of waiting for them.
 func TestPostgresPurge(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	var tr pgCounter
 	p, pool, table := newPostgresTestStore(t, idempotency.Options{}, &tr, 0)
 	tab := pgx.Identifier{table}.Sanitize()
@@ -457,7 +463,7 @@ func deletesSeen(tr *pgCounter) int {
 // once the server's clock passes their lease or retention.
 func TestPostgresPurgeExpiredByStore(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	// Two stores on one table: lapsing claims, and long claims confirmed
 	// with a short retention.
 	lapsing, pool, table := newPostgresTestStore(t, idempotency.Options{ClaimTTL: 10 * time.Millisecond}, nil, 0)
@@ -492,7 +498,7 @@ func TestPostgresPurgeExpiredByStore(t *testing.T) {
 // the rest of the URL for pgx, migrates, and owns its pool.
 func TestPostgresURL(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	pool, table := postgresTestPool(t, nil, 0)
 	raw := postgresTestURL(t)
 	sep := "?"
