@@ -46,13 +46,13 @@ const (
 	// HeaderOriginalNacked says whether that body is kept elsewhere.
 	HeaderBodyOmitted = "x-body-omitted"
 	// HeaderOriginalNacked is "true" on the dead-letter record of a
-	// persistent frame cut by the size limits: the original, body and
-	// all, was NACKed in the record's transaction, which hands it to the
-	// broker's own dead-lettering (on ActiveMQ its dead-letter queue:
+	// persistent frame cut by the size limits: once the record was
+	// committed, the original, body and all, was NACKed, which hands it to
+	// the broker's own dead-lettering (on ActiveMQ its dead-letter queue:
 	// ActiveMQ.DLQ by default, DLQ.<queue> with a per-queue strategy).
-	// The header is absent when the original was ACKed, its body lost: a
-	// non-persistent message (or one whose persistent header was not
-	// kept), which ActiveMQ would discard on a NACK.
+	// The header is absent when the original was ACKed with the record,
+	// its body lost: a non-persistent message (or one whose persistent
+	// header was not kept), which ActiveMQ would discard on a NACK.
 	HeaderOriginalNacked = "x-original-nacked"
 	// HeaderOriginalMessageID is the broker's message-id of the original
 	// on the dead-letter record of a frame cut by the size limits; a

@@ -55,7 +55,9 @@ type Stats struct {
 	DeadLettersSent uint64
 	// Oversized counts frames cut for exceeding MaxHeaderBytes or
 	// MaxBodyBytes; a record of each (without its body) is dead-lettered
-	// and counted in DeadLettersSent as well.
+	// and counted in DeadLettersSent as well. A persistent one is then
+	// NACKed, so the broker dead-letters it in full; a non-persistent one
+	// is ACKed with its record.
 	Oversized uint64
 	// Dropped counts received deliveries never processed because their
 	// connection was lost or the consumer stopped; the broker sends them
