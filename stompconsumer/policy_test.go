@@ -126,6 +126,15 @@ func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 	q := "/queue/" + uniq("msgaudit.big")
 	dlq := "/queue/" + uniq("msgaudit.big.dlq")
 	tag := uniq("tag")
+	t.Cleanup(func() {
+		if t.Failed() {
+			// A failure may stop the test before it drains what it sent,
+			// up to 34 MiB held by a shared broker.
+			for _, d := range []string{q, dlq, brokerDLQ(q)} {
+				drain(t, addr, d, 300*time.Millisecond)
+			}
+		}
+	})
 	p := rawDial(t, addr)
 	for _, tc := range cases {
 		opts := []func(*frame.Frame) error{stompHeader(testTag, tag), stompHeader("x-idem-key", tc.key)}
