@@ -116,8 +116,8 @@
 //     cut again, so its record may appear twice (same
 //     HeaderOriginalMessageID); the message is never lost. This relies on
 //     ActiveMQ's NACK: a broker that redelivers a NACKed message instead
-//     (RabbitMQ's STOMP plugin by default, Artemis until its delivery
-//     limit) would get a new record for every redelivery.
+//     (RabbitMQ's STOMP plugin does by default) would get a new record
+//     for every redelivery.
 //   - anything else (non-persistent, STOMP's default, or the header not
 //     kept): the record and the ACK of the original commit in one
 //     transaction, since ActiveMQ discards a non-persistent message on a
