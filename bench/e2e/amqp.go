@@ -99,6 +99,7 @@ func (b *amqpBroker) consume(ctx context.Context, p *plan, v variant, n names, b
 		Audit:          receiver.ConnAudit(a),
 		Store:          be.store,
 		Inbox:          be.inbox,
+		MemoryOnly:     be.store == nil && be.inbox == nil, // the audit-only variant, on purpose
 		ConnectRetries: 1,
 	})
 	if err != nil {

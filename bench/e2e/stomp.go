@@ -79,6 +79,7 @@ func (b *stompBroker) consume(ctx context.Context, p *plan, v variant, n names, 
 		Concurrency:           p.Concurrency,
 		Store:                 be.store,
 		Inbox:                 be.inbox,
+		MemoryOnly:            be.store == nil && be.inbox == nil, // the audit-only variant, on purpose
 		DeadLetterDestination: dlqDest(n),
 		ConnectRetries:        1,
 		Subscriptions: []stompconsumer.Subscription{{
