@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/acemq/msgaudit/audit"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // TestConcurrentExactNew has many goroutines mark distinct ids (one
@@ -32,6 +33,8 @@ func TestConcurrentExactNew(t *testing.T) {
 			var bad atomic.Value
 			var wg sync.WaitGroup
 			stop := make(chan struct{})
+			stopOnce := sync.OnceFunc(func() { close(stop) })
+			defer stopOnce() // a failed wait still ends the readers
 			// Readers and an unrelated rollback producer, to race every
 			// method against the checks.
 			wg.Add(1)
@@ -98,9 +101,9 @@ func TestConcurrentExactNew(t *testing.T) {
 					}
 				}()
 			}
-			workersWG.Wait()
-			close(stop)
-			wg.Wait()
+			testwait.Group(t, &workersWG, testwait.Long, fmt.Sprintf("the end of the %d checking workers", workers))
+			stopOnce()
+			testwait.Group(t, &wg, testwait.Long, "the end of the reader and rollback goroutine after stop")
 			if b := bad.Load(); b != nil {
 				t.Fatal(b)
 			}
@@ -128,7 +131,9 @@ func TestConcurrentChurn(t *testing.T) {
 			t.Parallel()
 			var evicted atomic.Int64
 			a := mustMake(t, k, audit.Options{Depth: 128, MaxProducers: 8, OnEvict: func(string, bool) { evicted.Add(1) }})
-			snapshot, _ := mustMake(t, k, audit.Options{Depth: 64, MaxProducers: 5}).MarshalBinary()
+			// Depth 64 and cap 1 are within every limit the setters below
+			// choose: a snapshot never raises them.
+			snapshot, _ := mustMake(t, k, audit.Options{Depth: 64, MaxProducers: 1}).MarshalBinary()
 			var wg sync.WaitGroup
 			for w := range 6 {
 				wg.Add(1)
@@ -165,7 +170,7 @@ func TestConcurrentChurn(t *testing.T) {
 					}
 				}()
 			}
-			wg.Wait()
+			testwait.Group(t, &wg, testwait.Long, "the end of the 6 churning goroutines")
 			st := a.Stats()
 			if st.Checks != st.New+st.Duplicates+st.TooOld+st.Malformed+st.TooLong {
 				t.Fatalf("counters do not add up: %+v", st)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // checkDirectory reports where the directory and the shards disagree: every
@@ -159,7 +161,7 @@ func TestDirectoryConcurrent(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, testwait.Long, "the end of the 4 churning goroutines")
 	if err := checkDirectory(s); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ var ErrOptions = errors.New("audit: invalid options")
 
 // ErrCorrupt reports a snapshot that UnmarshalBinary cannot decode: wrong
 // magic or version, a count or length larger than the bytes present, an
-// out-of-range setting, a duplicate or invalid producer key, or a bad
+// out-of-range setting, a depth or producer cap above the receiving
+// audit's, a duplicate or invalid producer key, or a bad
 // window encoding. The audit is left unchanged.
 var ErrCorrupt = errors.New("audit: corrupt snapshot")

@@ -177,7 +177,19 @@ func propertyTrace(rt *rapid.T, k kind) {
 			if err != nil {
 				rt.Fatal(err)
 			}
-			b, err := k.make(audit.Options{Depth: 7, MaxProducers: 1})
+			// A snapshot never raises the receiving audit's limits: one
+			// producer fewer is refused, and the refused audit is unchanged.
+			if a.MaxProducers() > 1 {
+				small, err := k.make(audit.Options{Depth: a.Depth(), MaxProducers: a.MaxProducers() - 1})
+				if err != nil {
+					rt.Fatal(err)
+				}
+				if err := small.UnmarshalBinary(data); !errors.Is(err, audit.ErrCorrupt) || small.MaxProducers() != a.MaxProducers()-1 {
+					rt.Fatalf("snapshot of cap %d restored into cap %d: %v, cap now %d", a.MaxProducers(), a.MaxProducers()-1, err, small.MaxProducers())
+				}
+			}
+			// Within them, a restore adopts the snapshot's depth and cap.
+			b, err := k.make(audit.Options{Depth: 2048, MaxProducers: a.MaxProducers() + rapid.IntRange(0, 3).Draw(rt, "receiver's spare cap")})
 			if err != nil {
 				rt.Fatal(err)
 			}

@@ -620,7 +620,11 @@ func (s *Sharded) MarshalBinary() ([]byte, error) {
 // (epochs are assigned in snapshot order), and swaps them in with all
 // shards locked. On error the audit is unchanged.
 func (s *Sharded) UnmarshalBinary(data []byte) error {
-	base := config{maxIDLength: s.maxIDLength, onEvict: s.onEvict}
+	sh := &s.shards[0]
+	sh.mu.Lock()
+	base := sh.a.cfg // the shared depth and cap, the snapshot's limits
+	sh.mu.Unlock()
+	base.maxIDLength, base.onEvict = s.maxIDLength, s.onEvict
 	fresh, err := decode(data, base, nil)
 	if err != nil {
 		return err

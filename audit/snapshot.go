@@ -77,11 +77,15 @@ func (a *Audit) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary replaces the audit's producers, depth and cap with those
-// of a snapshot made by MarshalBinary (of any of the audit types). Every
-// count and length is checked against the bytes present before anything is
-// allocated for it; on any error, which wraps ErrCorrupt, the audit is left
-// unchanged. The counters and MaxIDLength are kept; restored producers count
-// as not recently touched only after Depth further checks.
+// of a snapshot made by MarshalBinary (of any of the audit types). A
+// snapshot restores state within the audit's configured limits and never
+// raises them: one whose depth or producer cap exceeds the largest set by
+// Options or by SetDepth / SetMaxProducers is refused, so a crafted
+// snapshot cannot make the audit keep more than it was configured for. Every count and length is
+// checked against the bytes present before anything is allocated for it;
+// on any error, which wraps ErrCorrupt, the audit is left unchanged. The
+// counters and MaxIDLength are kept; restored producers count as not
+// recently touched only after Depth further checks.
 func (a *Audit) UnmarshalBinary(data []byte) error {
 	fresh, err := decode(data, a.cfg, nil)
 	if err != nil {
@@ -89,6 +93,13 @@ func (a *Audit) UnmarshalBinary(data []byte) error {
 	}
 	a.swap(fresh)
 	return nil
+}
+
+// aboveLimits is the error for a snapshot whose depth or cap exceeds an
+// audit's cfg.
+func aboveLimits(depth, maxProducers uint64, cfg config) error {
+	return fmt.Errorf("%w: depth %d, producer cap %d: above the audit's %d, %d (a snapshot never raises them)",
+		ErrCorrupt, depth, maxProducers, cfg.depth, cfg.maxProducers)
 }
 
 // swap takes over the producers and settings of fresh (a decoded audit).
@@ -117,8 +128,9 @@ func (r *reader) window(e *entry) {
 }
 
 // decode parses a snapshot into a new audit with base's MaxIDLength and
-// OnEvict, and the snapshot's depth and cap. b is the budget of the new
-// audit (nil for a standalone one).
+// OnEvict, and the snapshot's depth and cap, which must not exceed base's
+// (the receiving audit's). b is the budget of the new audit (nil for a
+// standalone one).
 func decode(data []byte, base config, b *budget) (*Audit, error) {
 	fr, err := snapframe.Open(data, snapMagic, snapVersion, len(snapMagic)+1+3+4, ErrCorrupt)
 	if err != nil {
@@ -135,6 +147,8 @@ func decode(data []byte, base config, b *budget) (*Audit, error) {
 		return nil, fmt.Errorf("%w: depth %d out of range", ErrCorrupt, depth)
 	case maxProducers < 1 || maxProducers > MaxProducersLimit:
 		return nil, fmt.Errorf("%w: producer cap %d out of range", ErrCorrupt, maxProducers)
+	case depth > uint64(base.depth) || maxProducers > uint64(base.maxProducers):
+		return nil, aboveLimits(depth, maxProducers, base)
 	case count > maxProducers:
 		return nil, fmt.Errorf("%w: %d producers above the cap %d", ErrCorrupt, count, maxProducers)
 	case count > uint64(len(r.B)/minRecord):

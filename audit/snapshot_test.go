@@ -313,3 +313,46 @@ func FuzzUnmarshalBinary(f *testing.F) {
 		}
 	})
 }
+
+// TestSnapshotNeverRaisesLimits restores snapshots whose depth or producer
+// cap exceed the receiving audit's: they are refused and the audit keeps
+// its limits and producers, so that a crafted snapshot of 50 producers at
+// the largest depth cannot make every later check of them cost 2 MiB.
+// Within the limits a restore adopts the snapshot's (lower) depth and cap.
+func TestSnapshotNeverRaisesLimits(t *testing.T) {
+	deep := make([][]byte, 50)
+	for i := range deep {
+		deep[i] = record(fmt.Sprintf("p%d", i), bitsetbin.MaxDepth)
+	}
+	cases := []struct {
+		name               string
+		depth, cap, count  uint64
+		records            [][]byte
+		wantDepth, wantCap int
+		refused            bool
+	}{
+		{"deeper", bitsetbin.MaxDepth, 64, 50, deep, 2048, 64, true},
+		{"larger cap", 2048, 65, 0, nil, 2048, 64, true},
+		{"largest cap", 2048, audit.MaxProducersLimit, 0, nil, 2048, 64, true},
+		{"equal", 2048, 64, 0, nil, 2048, 64, false},
+		{"lower", 128, 3, 1, [][]byte{record("a", 128, 5)}, 128, 3, false},
+	}
+	for _, k := range kinds {
+		for _, c := range cases {
+			t.Run(k.name+"/"+c.name, func(t *testing.T) {
+				a := mustMake(t, k, audit.Options{})
+				a.CheckKey("before", 1)
+				err := a.UnmarshalBinary(snap(1, c.depth, c.cap, c.count, c.records...))
+				if c.refused != (err != nil) || (err != nil && !errors.Is(err, audit.ErrCorrupt)) {
+					t.Fatalf("restore: %v, want refused %v with ErrCorrupt", err, c.refused)
+				}
+				if a.Depth() != c.wantDepth || a.MaxProducers() != c.wantCap {
+					t.Fatalf("depth %d, cap %d after the restore; want %d, %d", a.Depth(), a.MaxProducers(), c.wantDepth, c.wantCap)
+				}
+				if _, kept := a.LastSeq("before"); kept != c.refused {
+					t.Fatalf("producer before the restore kept: %v, want %v", kept, c.refused)
+				}
+			})
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/brokermodel"
+	"github.com/acemq/msgaudit/internal/testwait"
 	"github.com/acemq/msgaudit/msgid"
 )
 
@@ -47,7 +48,7 @@ func recv(t *testing.T, s *brokermodel.Subscription) *brokermodel.Delivery {
 	defer cancel()
 	d, err := s.Receive(ctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no delivery within 10s: %v", err)
 	}
 	return d
 }
@@ -162,7 +163,7 @@ func TestRedeliveryOnDisconnect(t *testing.T) {
 				if err := c.Ack(first); !errors.Is(err, brokermodel.ErrDisconnected) {
 					t.Fatalf("ack after cut: %v", err)
 				}
-				if _, err := s.Receive(context.Background()); !errors.Is(err, brokermodel.ErrDisconnected) {
+				if _, err := s.Receive(testwait.Context(t, testwait.Long)); !errors.Is(err, brokermodel.ErrDisconnected) {
 					t.Fatalf("receive after cut: %v", err)
 				}
 			case "unsubscribe":
@@ -494,18 +495,16 @@ func TestConcurrentAtLeastOnce(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
-	for {
+	testwait.Group(t, &wg, testwait.Long, fmt.Sprintf("the end of the %d producers", producers))
+	testwait.Until(t, time.Minute, fmt.Sprintf("acking all %d messages and emptying the queue", producers*per), func() bool {
 		mu.Lock()
 		n := len(acked)
 		mu.Unlock()
-		if p, f := b.Depth(q); n == producers*per && p == 0 && f == 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		pending, inFlight := b.Depth(q)
+		return n == producers*per && pending == 0 && inFlight == 0
+	})
 	cancel()
-	cwg.Wait()
+	testwait.Group(t, &cwg, testwait.Long, "the end of the 3 consumers after cancel")
 	for id, n := range acked {
 		if n != 1 {
 			t.Errorf("%s acked %d times (an ack is individual: one success per delivery)", id, n)

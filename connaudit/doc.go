@@ -41,5 +41,7 @@
 // (IsDuplicate gives the boolean). There is one switch (Options.Disabled,
 // SetEnabled), on by default, instead of ActiveMQ's two, which leave
 // checking off on plain tcp:// connections. The connection audit can be
-// snapshotted and restored (MarshalBinary, UnmarshalBinary).
+// snapshotted and restored (MarshalBinary, UnmarshalBinary); a snapshot
+// restores state within the receiving audit's options and never raises
+// them, so a crafted snapshot costs no more than the options allow.
 package connaudit

@@ -12,6 +12,7 @@ var ErrDestination = errors.New("connaudit: invalid destination")
 var ErrOptions = errors.New("connaudit: invalid options")
 
 // ErrCorrupt reports a snapshot that cannot be decoded: wrong magic or
-// version, a count or length larger than the bytes present, or an invalid
-// embedded audit. The connection audit is left unchanged.
+// version, a count or length larger than the bytes present, a setting
+// above the receiving audit's (a snapshot never raises a limit), or an
+// invalid embedded audit. The connection audit is left unchanged.
 var ErrCorrupt = errors.New("connaudit: corrupt snapshot")

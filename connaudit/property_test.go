@@ -11,6 +11,7 @@ import (
 	"github.com/acemq/msgaudit/audit"
 	"github.com/acemq/msgaudit/audit/audittest"
 	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/internal/testwait"
 	"pgregory.net/rapid"
 )
 
@@ -148,7 +149,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 						if err != nil {
 							rt.Fatal(err)
 						}
-						b := mustNew(rt, connaudit.Options{MaxDestinations: 1, Disabled: !enabled})
+						b := mustNew(rt, connaudit.Options{Disabled: !enabled})
 						if err := b.UnmarshalBinary(data); err != nil {
 							rt.Fatal(err)
 						}
@@ -187,6 +188,8 @@ func TestConcurrentExactNew(t *testing.T) {
 			var fresh, dups atomic.Int64
 			var bad atomic.Value
 			stop := make(chan struct{})
+			stopOnce := sync.OnceFunc(func() { close(stop) })
+			defer stopOnce() // a failed wait still ends the bystander
 			var bg sync.WaitGroup
 			bg.Add(1)
 			go func() {
@@ -242,9 +245,9 @@ func TestConcurrentExactNew(t *testing.T) {
 					}
 				}()
 			}
-			wg.Wait()
-			close(stop)
-			bg.Wait()
+			testwait.Group(t, &wg, testwait.Long, fmt.Sprintf("the end of the %d checking workers", workers))
+			stopOnce()
+			testwait.Group(t, &bg, testwait.Long, "the end of the bystander goroutine after stop")
 			if b := bad.Load(); b != nil {
 				t.Fatal(b)
 			}

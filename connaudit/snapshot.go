@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/acemq/msgaudit/audit"
 	"github.com/acemq/msgaudit/internal/snapframe"
 )
 
@@ -116,6 +117,28 @@ func (a *Audit) MarshalBinary() ([]byte, error) {
 	return snapframe.Seal(dst, 0), nil
 }
 
+// within returns an error wrapping ErrCorrupt if any limit of c (a
+// snapshot's settings) exceeds that of limits (the receiving audit's), with
+// the defaults applied to both.
+func (c settings) within(limits settings) error {
+	for _, l := range []struct {
+		name           string
+		got, have, def int
+	}{
+		{"Depth", c.depth, limits.depth, audit.DefaultDepth},
+		{"MaxProducers", c.maxProducers, limits.maxProducers, audit.DefaultMaxProducers},
+		{"MaxIDLength", c.maxIDLength, limits.maxIDLength, audit.DefaultMaxIDLength},
+		{"MaxDestinations", c.maxDestinations, limits.maxDestinations, DefaultMaxDestinations},
+		{"MaxConsumers", c.maxConsumers, limits.maxConsumers, DefaultMaxConsumers},
+	} {
+		got, have := cmp.Or(l.got, l.def), cmp.Or(l.have, l.def)
+		if got > have {
+			return fmt.Errorf("%w: %s %d above the audit's %d (a snapshot never raises a limit)", ErrCorrupt, l.name, got, have)
+		}
+	}
+	return nil
+}
+
 // reader is a snapshot body cursor with the package's own decoders.
 type reader struct{ *snapframe.Reader }
 
@@ -155,10 +178,17 @@ func (r *reader) audit(cfg settings) auditor {
 }
 
 // UnmarshalBinary replaces the settings and every audit with those of a
-// snapshot made by MarshalBinary. Every count and length is checked against
-// the bytes present before anything is allocated for it; on any error
-// (wrapping ErrCorrupt) the connection audit is left unchanged. The enabled
-// switch is kept; the counters of the replaced audits are kept in Stats.
+// snapshot made by MarshalBinary. A snapshot restores state within the
+// connection audit's limits and never raises them: one whose Depth,
+// MaxProducers, MaxIDLength, MaxDestinations or MaxConsumers exceeds the
+// audit's current one (defaults applied), or that holds a destination audit
+// deeper or with a larger producer cap, is refused; within them the
+// snapshot's (lower) settings are adopted. The restored audits keep the
+// receiving audit's Shards, whatever the snapshot says. Every count and
+// length is checked against the bytes present before anything is allocated
+// for it; on any error (wrapping ErrCorrupt) the connection audit is left
+// unchanged. The enabled switch is kept; the counters of the replaced
+// audits are kept in Stats.
 func (a *Audit) UnmarshalBinary(data []byte) error {
 	fr, err := snapframe.Open(data, snapMagic, snapVersion, len(snapMagic)+1+6+2+4, ErrCorrupt)
 	if err != nil {
@@ -181,6 +211,15 @@ func (a *Audit) UnmarshalBinary(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
+	a.mu.Lock()
+	limits := a.cfg
+	a.mu.Unlock()
+	if err := cfg.within(limits); err != nil {
+		return err
+	}
+	// The shard count is the receiving audit's: a layout, not state, and
+	// what each restored audit costs before it holds anything.
+	cfg.shards = limits.shards
 	queues := newTable[Destination](cfg.maxDestinations)
 	topics := newTable[topicKey](cfg.maxConsumers)
 	qm, tm := *queues.m.Load(), *topics.m.Load()

@@ -141,15 +141,19 @@ func FuzzUnmarshalBinary(f *testing.F) {
 		}
 		f.Add(data)
 	}
+	f.Add(craftedSnapshot([6]uint64{0, 0, 0, connaudit.MaxTableLimit, 0, 4096}, 110))
+	f.Add(craftedSnapshot([6]uint64{0, 0, 0, 0, 0, 4096}, 3))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		a := mustNew(t, connaudit.Options{})
+		// The receiver alternates between Locked and 4-shard audits; the
+		// bound is SECURITY.md's (snapshotBound), checked on every input.
+		// Every audit record costs at least 17 bytes of input.
+		shards := len(data) % 2 * 4
+		a := mustNew(t, connaudit.Options{Shards: shards})
 		a.Check("c", qQ, "before:1")
 		before := totalAlloc()
 		err := a.UnmarshalBinary(data)
-		// Every audit record costs at least 17 bytes and a few KiB of
-		// bookkeeping at most (an empty audit.Locked or Sharded).
-		if got, bound := totalAlloc()-before, uint64(400*len(data))+64<<10; got > bound {
-			t.Fatalf("%d-byte input allocated %d bytes (bound %d)", len(data), got, bound)
+		if got, bound := totalAlloc()-before, snapshotBound(data, shards, len(data)/17); got > bound {
+			t.Fatalf("%d-byte input allocated %d bytes (bound %d, shards %d)", len(data), got, bound, shards)
 		}
 		if err != nil {
 			if !errors.Is(err, connaudit.ErrCorrupt) {

@@ -3,9 +3,11 @@ package idempotency_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/storetest"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // twoStateStore is a Store whose TryClaim is TryClaimGeneric over the
@@ -56,7 +58,7 @@ func (f failing) IsConfirmed(context.Context, idempotency.Key) (bool, error) {
 
 func TestTryClaimGenericRaces(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	k := idempotency.Key{Namespace: "q", ID: "m1"}
 	tests := []struct {
 		name string
@@ -96,7 +98,7 @@ func TestTryClaimGenericRaces(t *testing.T) {
 
 func TestTryClaimGenericErrors(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	k := idempotency.Key{ID: "m1"}
 	boom := context.DeadlineExceeded
 	for _, f := range []failing{{claimErr: boom}, {confirmedErr: boom}} {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // testClock is a settable clock for the package's own tests.
@@ -13,7 +15,7 @@ func (c *testClock) Now() time.Time { return c.t }
 
 func TestMemoryPurge(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	clock := &testClock{t: time.Unix(1e9, 0)}
 	m := NewMemory(Options{ClaimTTL: time.Minute, Retention: time.Hour, Clock: clock})
 	for i := range 300 {
@@ -53,7 +55,7 @@ func TestNewMemoryPanicsOnBadOptions(t *testing.T) {
 // TestMemoryAllocs: confirming, checking and refusing a claim allocate
 // nothing; taking a claim allocates only its token (map growth aside).
 func TestMemoryAllocs(t *testing.T) {
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	m := NewMemory(Options{})
 	k := Key{Namespace: "q", ID: "ID:host-1-2-3:1:1"}
 	_, c, _ := m.TryClaim(ctx, k)

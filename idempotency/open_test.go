@@ -13,11 +13,12 @@ import (
 	_ "github.com/acemq/msgaudit/idempotency/pgstore"
 	_ "github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/idempotency/sqlitestore"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 func TestOpen(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	dir := t.TempDir()
 	tests := []struct {
 		url  string

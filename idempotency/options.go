@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -50,6 +51,11 @@ type Options struct {
 	// are stored as their SHA-256 (see Key.StorageKey). Zero means
 	// DefaultMaxKeyLength.
 	MaxKeyLength int
+	// Logger receives what the URL constructors (pgstore.Open,
+	// redisstore.Open, Open) log once when they open a connection: the
+	// effective PostgreSQL TLS mode, and a warning when TLS does not verify
+	// the server. Nil logs nothing.
+	Logger *slog.Logger
 }
 
 // WithDefaults returns o with every zero field replaced by its default.

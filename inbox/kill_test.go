@@ -19,7 +19,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 )
 
-// Environment of the child process TestKillChild runs as.
+// Environment of the child process killChild runs as.
 const (
 	envChild   = "MSGAUDIT_INBOX_KILL_CHILD" // the mode
 	envDialect = "MSGAUDIT_INBOX_KILL_DIALECT"
@@ -130,11 +130,11 @@ func applyOutside(ctx context.Context, b *backend, key string, ran func()) error
 	return tx.Commit()
 }
 
-// runChildAndKill starts this test binary as a TestKillChild process in
+// runChildAndKill starts this test binary as a killChild process in
 // mode, waits for its "ready" line and kills it with SIGKILL.
 func runChildAndKill(t *testing.T, mode string, env map[string]string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.count=1") // TestMain runs killChild
 	cmd.Env = append(os.Environ(), envChild+"="+mode)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -177,13 +177,19 @@ func runChildAndKill(t *testing.T, mode string, env map[string]string) {
 	_ = cmd.Wait()
 }
 
-// TestKillChild is the consumer process TestSIGKILL kills; it does nothing
-// unless started by TestSIGKILL.
-func TestKillChild(t *testing.T) {
-	mode := os.Getenv(envChild)
-	if mode == "" {
-		t.Skip("run by TestSIGKILL as a child process")
+// TestMain makes the test binary the consumer process TestSIGKILL kills
+// when it is started with envChild set.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envChild); mode != "" {
+		killChild(mode)
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
+}
+
+// killChild is the consumer process TestSIGKILL kills: it handles one
+// delivery in the given mode and waits at the kill point.
+func killChild(mode string) {
 	fail := func(err error) {
 		fmt.Println("child failed:", err)
 		os.Exit(3)

@@ -11,8 +11,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testwait"
 	"github.com/acemq/msgaudit/metadata"
 	"github.com/acemq/msgaudit/metadata/pgmeta"
 	"github.com/acemq/msgaudit/metadata/redismeta"
@@ -75,7 +77,8 @@ func redisClient(t testing.TB) *redis.Client {
 
 // deletePrefix removes every key under prefix.
 func deletePrefix(t testing.TB, c *redis.Client, prefix string) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	iter := c.Scan(ctx, 0, prefix+"*", 500).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
@@ -236,7 +239,7 @@ func TestRedactURL(t *testing.T) {
 
 func TestOpen(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	dir := t.TempDir()
 	type tc struct {
 		name string
@@ -315,7 +318,7 @@ func sep(u string) string {
 // result, and the password never appears in them.
 func TestUnreachable(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	const secret = "hunter2-s3cret"
 	for _, u := range []string{
 		"redis://user:" + secret + "@127.0.0.1:1/0?max_retries=-1",

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/testwait"
 	"github.com/acemq/msgaudit/msgid"
 )
 
@@ -104,7 +105,7 @@ func TestGeneratorConcurrent(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, testwait.Long, "the end of the 8 generating goroutines")
 	seen := map[string]bool{}
 	for _, l := range ids {
 		for _, id := range l {

@@ -12,7 +12,8 @@ import (
 // "stomp", "amqp", "model"). Several collectors with different transport
 // values may be registered in one registry. The connection audit's
 // counters (msgaudit_receiver_audit_*: evictions, recent evictions,
-// malformed, too long and too old ids as counters; producers, queue and
+// destination evictions, malformed, too long and too old ids as counters;
+// producers, queue and
 // topic audits as gauges) are read at scrape time, exported only once
 // a snapshot says Audited.
 func Receiver(snapshot func() receiver.Snapshot, transport string) prometheus.Collector {
@@ -39,6 +40,7 @@ func Receiver(snapshot func() receiver.Snapshot, transport string) prometheus.Co
 	auditFrom := len(c.counters)
 	add("audit_evictions_total", "Producers evicted from the connection audit to make room.", func(s receiver.Snapshot) uint64 { return s.Audit.Evictions })
 	add("audit_recent_evictions_total", "Producers evicted while still active within their window (producer churn: raise MaxProducers or investigate a producer-key flood).", func(s receiver.Snapshot) uint64 { return s.Audit.RecentEvictions })
+	add("audit_destination_evictions_total", "Destination audits evicted from the connection audit by MaxDestinations or MaxConsumers (a destination flood: their duplicates pass undetected).", func(s receiver.Snapshot) uint64 { return s.Audit.AuditEvictions })
 	add("audit_malformed_total", "Ids rejected by the connection audit as malformed.", func(s receiver.Snapshot) uint64 { return s.Audit.Malformed })
 	add("audit_too_long_total", "Ids rejected by the connection audit for exceeding MaxIDLength.", func(s receiver.Snapshot) uint64 { return s.Audit.TooLong })
 	add("audit_too_old_total", "Ids below their producer's audit window.", func(s receiver.Snapshot) uint64 { return s.Audit.TooOld })

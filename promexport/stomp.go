@@ -22,7 +22,7 @@ func STOMP(stats func() stompconsumer.Stats) prometheus.Collector {
 	add("retry_copies_total", "Retry copies committed with the original's ACK.", func(s stompconsumer.Stats) uint64 { return s.RetriesSent })
 	add("local_retries_total", "Retries run in place (topics).", func(s stompconsumer.Stats) uint64 { return s.LocalRetries })
 	add("dead_letter_copies_total", "Dead-letter copies committed with the original's ACK.", func(s stompconsumer.Stats) uint64 { return s.DeadLettersSent })
-	add("oversized_total", "Frames over the size limits, dead-lettered as records without their body.", func(s stompconsumer.Stats) uint64 { return s.Oversized })
+	add("oversized_total", "Frames over the size limits, dead-lettered as records without their body (a persistent one NACKed as well, so the broker dead-letters it in full).", func(s stompconsumer.Stats) uint64 { return s.Oversized })
 	add("dropped_total", "Deliveries dropped unprocessed with their connection (sent again by the broker).", func(s stompconsumer.Stats) uint64 { return s.Dropped })
 	add("stale_acks_total", "Acknowledgements not sent because the delivery's connection was gone.", func(s stompconsumer.Stats) uint64 { return s.StaleAcks })
 	add("ack_errors_total", "ACK or transaction failures (each ends the connection).", func(s stompconsumer.Stats) uint64 { return s.AckErrors })

@@ -377,3 +377,14 @@ func (c Config) GoString() string { return c.String() }
 
 // Format makes every verb print the redacted String.
 func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }
+
+// String describes the consumer by its configuration, redacted as
+// Config.String redacts it: the consumer's unexported fields (the
+// configuration, the redactor) would otherwise print URLs raw under %+v.
+func (c *Consumer) String() string { return "rabbitconsumer.Consumer{" + c.cfg.String() + "}" }
+
+// GoString redacts like String.
+func (c *Consumer) GoString() string { return c.String() }
+
+// Format makes every verb print the redacted String.
+func (c *Consumer) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }

@@ -212,7 +212,7 @@ func (c *Consumer) buildReceiver(ctx context.Context) (*receiver.Receiver, func(
 	}
 	store, closeStore := c.cfg.Store, func() {}
 	if store == nil && c.cfg.StoreURL != "" {
-		s, err := openStore(ctx, c.cfg.StoreURL)
+		s, err := openStore(ctx, c.cfg.StoreURL, c.log)
 		if err != nil {
 			return nil, nil, c.red.Error(err)
 		}
@@ -251,9 +251,10 @@ func (c *Consumer) buildReceiver(ctx context.Context) (*receiver.Receiver, func(
 // openStore opens an idempotency store from a URL with idempotency.Open
 // (whose backend the program imports):
 // redis:// and rediss:// (Fency's default), postgres://, sqlite:PATH or
-// memory.
-func openStore(ctx context.Context, rawURL string) (idempotency.Store, error) {
-	return idempotency.Open(ctx, rawURL, idempotency.Options{})
+// memory. The store logs through log what it says once at open (the
+// effective PostgreSQL TLS mode, a disabled Redis certificate check).
+func openStore(ctx context.Context, rawURL string, log *slog.Logger) (idempotency.Store, error) {
+	return idempotency.Open(ctx, rawURL, idempotency.Options{Logger: log})
 }
 
 // generation is one connection with its consuming channel and its

@@ -97,7 +97,9 @@ func ConnAuditMetrics(m *Metrics) ConnAuditOption {
 // The adapter implements AuditStatsReporter, and it makes producer churn
 // visible: when producers still active within their window were evicted
 // (connaudit.Stats.RecentEvictions grew, a sign that MaxProducers is too
-// small or that a producer-key flood is under way), it logs one warning
+// small or that a producer-key flood is under way), or destination audits
+// were evicted (connaudit.Stats.AuditEvictions grew: MaxDestinations or
+// MaxConsumers too small, or a destination flood), it logs one warning
 // per ConnAuditChurnInterval (default one minute) with the number of such
 // evictions since the last warning and the totals. The check path reads
 // the audit's Stats at most once per second (or per interval, if shorter),
@@ -140,9 +142,10 @@ type churnWarner struct {
 	// again.
 	next atomic.Int64
 
-	mu       sync.Mutex // guards warned and nextWarn
-	warned   uint64     // RecentEvictions reported by the last warning
-	nextWarn time.Duration
+	mu         sync.Mutex // guards warned, warnedDest and nextWarn
+	warned     uint64     // RecentEvictions reported by the last warning
+	warnedDest uint64     // AuditEvictions reported by the last warning
+	nextWarn   time.Duration
 }
 
 // since returns the clock in nanoseconds since the adapter was made.
@@ -166,14 +169,27 @@ func (w *churnWarner) check(a *connaudit.Audit) {
 
 func (w *churnWarner) warn(log *slog.Logger, now time.Duration, st connaudit.Stats) {
 	w.mu.Lock()
-	if st.RecentEvictions <= w.warned || now < w.nextWarn {
+	producers, dests := st.RecentEvictions > w.warned, st.AuditEvictions > w.warnedDest
+	if !(producers || dests) || now < w.nextWarn {
 		w.mu.Unlock()
 		return
 	}
-	n := st.RecentEvictions - w.warned
-	w.warned = st.RecentEvictions
+	n, nd := st.RecentEvictions-w.warned, st.AuditEvictions-w.warnedDest
+	w.warned, w.warnedDest = st.RecentEvictions, st.AuditEvictions
 	w.nextWarn = now + w.interval
 	w.mu.Unlock()
+	if dests {
+		log.Warn("msgaudit: destination audits were evicted from the connection audit (MaxDestinations, MaxConsumers); duplicates on those destinations can pass undetected",
+			slog.Uint64("destination_evictions", nd),
+			slog.Uint64("destination_evictions_total", st.AuditEvictions),
+			slog.Int("queues", st.Queues),
+			slog.Int("topics", st.Topics),
+			slog.Duration("interval", w.interval),
+			slog.String("hint", "raise connaudit.Options.MaxDestinations / MaxConsumers, or look for a destination flood"))
+	}
+	if !producers {
+		return
+	}
 	log.Warn("msgaudit: producers active within their window were evicted from the connection audit; their duplicates can pass undetected",
 		slog.Uint64("recent_evictions", n),
 		slog.Uint64("recent_evictions_total", st.RecentEvictions),

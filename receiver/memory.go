@@ -2,9 +2,12 @@ package receiver
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -133,8 +136,39 @@ func NewMemorySelector(o MemoryOptions) (*MemorySelector, error) {
 // Name returns "memory".
 func (s *MemorySelector) Name() string { return "memory" }
 
+// MaxKeyBytes is the longest idempotency key the receiver keeps or logs
+// as it is. The in-flight and completed tables and the failure counts hold
+// a longer key (with its scope) as its SHA-256, so 65,536 completed keys
+// cost a bounded amount whatever producers send; log lines carry its first
+// 64 bytes, its length and its SHA-256 (LogKey). The idempotency store
+// applies its own MaxKeyLength, hashing longer keys as well.
+const MaxKeyBytes = 256
+
+// tableKey is the key of m in the tables: "k", the scope, a NUL and the
+// idempotency key when that fits in MaxKeyBytes, else "h" and the SHA-256
+// of the scope's length, the scope and the key (the first byte keeps the
+// two forms apart).
 func tableKey(m *Message) string {
-	return m.Scope() + "\x00" + m.IdempotencyKey()
+	scope, key := m.Scope(), m.IdempotencyKey()
+	if len(scope)+len(key)+2 <= MaxKeyBytes {
+		return "k" + scope + "\x00" + key
+	}
+	h := sha256.New()
+	h.Write(binary.AppendUvarint(nil, uint64(len(scope))))
+	h.Write([]byte(scope))
+	h.Write([]byte(key))
+	return string(h.Sum([]byte("h")))
+}
+
+// LogKey is how the receiver logs an idempotency key: whole up to
+// MaxKeyBytes, else its first 64 bytes followed by "...", its length and
+// its hex SHA-256, so a log line stays bounded whatever the key.
+func LogKey(key string) string {
+	if len(key) <= MaxKeyBytes {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return fmt.Sprintf("%s...(%d bytes, sha256 %x)", strings.ToValidUTF8(key[:64], ""), len(key), sum)
 }
 
 func (s *MemorySelector) shard(k string) *memShard {
@@ -206,7 +240,7 @@ func (s *MemorySelector) Select(ctx context.Context, m *Message) (Decision, erro
 				if !s.durable {
 					s.metrics.inc(&s.metrics.TooOldFailOpen)
 					s.log.Warn("receiver: id below the audit window, treated as new (no durable store)",
-						"destination", m.Destination, "key", m.IdempotencyKey())
+						"destination", m.Destination, "key", LogKey(m.IdempotencyKey()))
 				}
 			}
 		}
@@ -232,7 +266,7 @@ func (s *MemorySelector) settle(sh *memShard, k string, f *flight, m *Message, b
 		sh.done.Add(k, struct{}{})
 	} else if bit {
 		if err := s.audit.Rollback(m.Consumer, m.Destination, m.IdempotencyKey()); err != nil {
-			s.log.Warn("receiver: audit rollback failed", "destination", m.Destination, "key", m.IdempotencyKey(), "err", err)
+			s.log.Warn("receiver: audit rollback failed", "destination", m.Destination, "key", LogKey(m.IdempotencyKey()), "err", err)
 		}
 	}
 	close(f.done)

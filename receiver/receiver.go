@@ -283,7 +283,7 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 		case Reject:
 			res.Verdict = verdict.String()
 			if err := r.settle(ctx, accepted, Completed); err != nil {
-				r.log.Warn("receiver: recording a duplicate as completed failed", "key", key, "err", err)
+				r.log.Warn("receiver: recording a duplicate as completed failed", "key", LogKey(key), "err", err)
 			}
 			return r.duplicate(ctx, m, h, res, d.Reason)
 		default: // Defer, or an invalid verdict (treated as Defer: never ack the unknown)
@@ -308,7 +308,7 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 		if err := r.settle(ctx, accepted, Completed); err != nil {
 			r.metrics.inc(&r.metrics.SettleErrors)
 			res.Err = err
-			r.log.Warn("receiver: confirm failed, delivery requeued", "key", key, "err", err)
+			r.log.Warn("receiver: confirm failed, delivery requeued", "key", LogKey(key), "err", err)
 			return r.requeue(m, res, "confirm-error")
 		}
 		r.failures.Remove(fk)
@@ -339,7 +339,7 @@ func (r *Receiver) failed(m *Message, res Result, herr error, fk string) Result 
 		r.failures.Add(fk, res.Attempt)
 	}
 	if r.log.Enabled(context.Background(), slog.LevelInfo) {
-		r.log.Info("receiver: handler failed, delivery requeued", "key", m.IdempotencyKey(),
+		r.log.Info("receiver: handler failed, delivery requeued", "key", LogKey(m.IdempotencyKey()),
 			"attempt", res.Attempt, "err", herr)
 	}
 	return r.requeue(m, res, reason)
@@ -355,7 +355,7 @@ func (r *Receiver) requeue(m *Message, res Result, reason string) Result {
 func (r *Receiver) deadLetter(m *Message, res Result, reason string) Result {
 	res.Action, res.Reason = DeadLetter, reason
 	r.metrics.inc(&r.metrics.DeadLettered)
-	r.log.Warn("receiver: delivery dead-lettered", "destination", m.Destination, "key", m.IdempotencyKey(),
+	r.log.Warn("receiver: delivery dead-lettered", "destination", m.Destination, "key", LogKey(m.IdempotencyKey()),
 		"reason", reason, "attempt", res.Attempt, "err", res.Err)
 	return res
 }
@@ -475,7 +475,7 @@ func (r *Receiver) duplicate(ctx context.Context, m *Message, h Handler, res Res
 	res.Reason = reason
 	r.metrics.duplicate(reason)
 	if r.log.Enabled(ctx, slog.LevelWarn) { // the guard spares the argument boxing when logs are off
-		r.log.Warn("receiver: duplicate delivery absorbed", "destination", m.Destination, "key", m.IdempotencyKey(),
+		r.log.Warn("receiver: duplicate delivery absorbed", "destination", m.Destination, "key", LogKey(m.IdempotencyKey()),
 			"reason", reason, "redelivered", m.Redelivered)
 	}
 	if r.cfg.OnDuplicate != nil {

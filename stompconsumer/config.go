@@ -43,7 +43,21 @@ const (
 	// HeaderBodyOmitted is "true" on the dead-letter record of a frame cut
 	// by the size limits: the record carries the frame's essential headers
 	// and an empty body, because the consumer never held the original body.
+	// HeaderOriginalNacked says whether that body is kept elsewhere.
 	HeaderBodyOmitted = "x-body-omitted"
+	// HeaderOriginalNacked is "true" on the dead-letter record of a
+	// persistent frame cut by the size limits: once the record was
+	// committed, the original, body and all, was NACKed, which hands it to
+	// the broker's own dead-lettering (on ActiveMQ its dead-letter queue:
+	// ActiveMQ.DLQ by default, DLQ.<queue> with a per-queue strategy).
+	// The header is absent when the original was ACKed with the record,
+	// its body lost: a non-persistent message (or one whose persistent
+	// header was not kept), which ActiveMQ would discard on a NACK.
+	HeaderOriginalNacked = "x-original-nacked"
+	// HeaderOriginalMessageID is the broker's message-id of the original
+	// on the dead-letter record of a frame cut by the size limits; a
+	// NACKed original keeps that id in the broker's dead-letter queue.
+	HeaderOriginalMessageID = "x-original-message-id"
 )
 
 // tlsConfig builds the client TLS configuration from Config.TLS or the
@@ -99,3 +113,15 @@ func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String
 
 // nopLogger returns a logger that discards everything.
 func nopLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// String describes the consumer by its configuration, redacted as
+// Config.String redacts it: the consumer's unexported fields (the
+// configuration, the dialer, the redactor) would otherwise print the
+// passcode raw under %+v.
+func (c *Consumer) String() string { return "stompconsumer.Consumer{" + c.cfg.String() + "}" }
+
+// GoString redacts like String.
+func (c *Consumer) GoString() string { return c.String() }
+
+// Format makes every verb print the redacted String.
+func (c *Consumer) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }

@@ -106,10 +106,13 @@ type Config struct {
 	Audit receiver.Auditor
 
 	// Store is the idempotency store shared by consumers and surviving
-	// restarts: with it, work finished before a restart or on another
-	// consumer is never applied again. It is required unless MemoryOnly (or
-	// Receiver) is set; a nil Store, or one holding a nil pointer (as an
-	// unchecked idempotency.Open error leaves it), is an error from New.
+	// restarts: with it, work confirmed before a restart or on another
+	// consumer is recognised and not applied again. A crash between the
+	// handler's effect and the store's confirm leaves the claim open, and
+	// once its lease lapses the redelivery runs the handler again; for
+	// effects in a SQL database use Inbox instead. One of Store, Inbox,
+	// MemoryOnly or Receiver is required; a Store holding a nil pointer (as
+	// an unchecked idempotency.Open error leaves it) is an error from New.
 	Store idempotency.Store
 
 	// Inbox is the transactional inbox (an *inbox.Inbox or a

@@ -59,7 +59,9 @@ type Stats struct {
 	DeadLettersSent uint64
 	// Oversized counts frames cut for exceeding MaxHeaderBytes or
 	// MaxBodyBytes; a record of each (without its body) is dead-lettered
-	// and counted in DeadLettersSent as well.
+	// and counted in DeadLettersSent as well. A persistent one is then
+	// NACKed, so the broker dead-letters it in full; a non-persistent one
+	// is ACKed with its record.
 	Oversized uint64
 	// Dropped counts received deliveries never processed because their
 	// connection was lost or the consumer stopped; the broker sends them
@@ -724,18 +726,37 @@ func (s *session) deadLetter(d *delivery, m *receiver.Message, res receiver.Resu
 	}
 }
 
-// deadLetterCut dead-letters a delivery the limiter cut: a record of it
-// (the headers the limiter kept, an empty body marked with
-// HeaderBodyOmitted, the reason) goes to the dead-letter destination in
-// one transaction with the ACK of the original. A NACK would not do:
-// ActiveMQ discards a non-persistent message on a NACK. The record is
-// logged without a body (the consumer never held it).
+// deadLetterCut dead-letters a delivery the limiter cut. A record of it
+// (the headers the limiter kept, the original's message id, an empty body
+// marked with HeaderBodyOmitted, the reason) goes to the dead-letter
+// destination, and the original is settled:
+//
+//   - persistent (the broker's persistent:true header): the record is
+//     committed first (confirmed by its receipt), then the original is
+//     NACKed, which ActiveMQ takes as a poison ack and answers by moving
+//     the full message to its dead-letter queue; the record says so with
+//     HeaderOriginalNacked. The two cannot share a transaction: ActiveMQ
+//     refuses a transacted poison ack ("Poison ack cannot be transacted")
+//     and closes the connection. If the NACK is lost (the connection or
+//     the process ends in between), the original comes back and is cut
+//     again: a second record, never a lost message.
+//   - non-persistent or unknown: the record and the ACK of the original
+//     in one transaction, because ActiveMQ discards a non-persistent
+//     message on a NACK; the record is all that is left of it.
+//
+// It is logged without a body (the consumer never held it).
 func (s *session) deadLetterCut(d *delivery, m *receiver.Message) {
 	c := s.c
 	c.st.oversized.Add(1)
-	c.log.Warn("stompconsumer: frame over the size limits; dead-lettering a record of it without its body",
-		"destination", m.Destination, "message-id", d.msg.Header.Get(frame.MessageId),
-		"persistent", d.msg.Header.Get("persistent"), "reason", d.cut, "dead-letter", c.cfg.DeadLetterDestination)
+	persistent := d.msg.Header.Get("persistent") == "true"
+	what := "dead-lettering a record of it and ACKing it: its body is lost"
+	if persistent {
+		what = "dead-lettering a record of it, then NACKing it: the broker dead-letters it in full"
+	}
+	msgID := d.msg.Header.Get(frame.MessageId)
+	c.log.Warn("stompconsumer: frame over the size limits; "+what,
+		"destination", m.Destination, "message-id", msgID,
+		"persistent", persistent, "reason", d.cut, "dead-letter", c.cfg.DeadLetterDestination)
 	h := copyHeaders(d.msg.Header)
 	if k := m.Key; k != "" {
 		h[receiver.HeaderOriginalKey] = k
@@ -744,9 +765,21 @@ func (s *session) deadLetterCut(d *delivery, m *receiver.Message) {
 	h[receiver.HeaderAttempts] = "0"
 	h[HeaderOriginalDestination] = m.Destination
 	h[HeaderBodyOmitted] = "true"
-	if s.resend(d, c.cfg.DeadLetterDestination, h) {
-		c.st.deadLettersSent.Add(1)
+	if msgID != "" {
+		h[HeaderOriginalMessageID] = msgID
 	}
+	if !persistent {
+		if s.resend(d, c.cfg.DeadLetterDestination, h) {
+			c.st.deadLettersSent.Add(1)
+		}
+		return
+	}
+	h[HeaderOriginalNacked] = "true"
+	if !s.commitCopy(d, c.cfg.DeadLetterDestination, h, false) {
+		return // not confirmed: the original comes back
+	}
+	c.st.deadLettersSent.Add(1)
+	_ = s.settle(d, func() error { return d.msg.Conn.Nack(d.msg) })
 }
 
 // resend commits, in one STOMP transaction, a persistent copy of d's body
@@ -757,6 +790,14 @@ func (s *session) deadLetterCut(d *delivery, m *receiver.Message) {
 // (original redelivered, no copy). It reports whether the commit was
 // confirmed.
 func (s *session) resend(d *delivery, dest string, h map[string]string) bool {
+	return s.commitCopy(d, dest, h, true)
+}
+
+// commitCopy commits a persistent copy of d's body with headers h to dest
+// in one STOMP transaction, with the ACK of d if ack is set, and reports
+// whether the commit was confirmed by its receipt. A failure ends the
+// connection.
+func (s *session) commitCopy(d *delivery, dest string, h map[string]string, ack bool) bool {
 	if s.dead.Load() {
 		s.c.st.staleAcks.Add(1)
 		return false
@@ -774,15 +815,19 @@ func (s *session) resend(d *delivery, dest string, h map[string]string) bool {
 	if err == nil {
 		err = tx.Send(dest, d.msg.ContentType, d.msg.Body, opts...)
 	}
-	if err == nil {
+	if err == nil && ack {
 		err = tx.Ack(d.msg)
 	}
 	if err == nil {
 		err = tx.CommitWithReceipt()
 	}
 	if err != nil {
+		what := "send to " + dest
+		if ack {
+			what += " + ack"
+		}
 		s.c.st.ackErrors.Add(1)
-		s.fail(fmt.Errorf("transaction (send to %s + ack): %w", dest, err))
+		s.fail(fmt.Errorf("transaction (%s): %w", what, err))
 		return false
 	}
 	return true

@@ -1,9 +1,13 @@
 // Package stompconsumer is an at-least-once STOMP consumer for ActiveMQ
-// Classic that never applies a message twice and never loses one. It runs
+// Classic that never loses a message and absorbs its redeliveries. It runs
 // every delivery through the duplicate pipeline of package receiver (the
-// connection audit, the in-flight/outcome table, an optional durable
-// idempotency store) and settles it with the broker in the order that
-// keeps both promises.
+// connection audit, the in-flight/outcome table, then a transactional
+// inbox (Config.Inbox) or an idempotency store (Config.Store)) and settles
+// it with the broker only after the work is recorded. With the inbox, whose
+// key commits in the handler's own database transaction, no message is
+// applied twice even when the process is killed; with an external store, a
+// crash between the handler's effect and the store's confirm can apply a
+// message again once its claim lapses (see package inbox).
 //
 // # Connections
 //
@@ -83,8 +87,9 @@
 // subscription is; use a durable one (Subscription.Headers
 // activemq.subscriptionName and Config.ClientID) when that matters.
 //
-// This package never sends NACK, not even for a frame cut by the size
-// limits (below): a NACK would discard a non-persistent message.
+// This package sends NACK for one thing only: a persistent frame cut by
+// the size limits (below), whose body the consumer does not hold and the
+// broker can keep.
 //
 // # Frame limits
 //
@@ -94,18 +99,36 @@
 // at most one frame's allowed bytes. An oversized frame is cut to its
 // essential headers (message-id, ack, destination, content-type, the key
 // headers, …) and its remainder discarded as it streams in, so the
-// consumer never holds its body. The handler does not see it: in one
-// transaction with the ACK of the original, the consumer sends a
-// persistent record of it to Config.DeadLetterDestination, carrying the
-// kept headers, an empty body, HeaderBodyOmitted ("true"),
+// consumer never holds its body. The handler does not see it: the
+// consumer sends a persistent record of it to Config.DeadLetterDestination,
+// carrying the kept headers, an empty body, HeaderBodyOmitted ("true"),
 // receiver.HeaderDeadLetterReason (which limit, and the body's size when
-// the broker sent a content-length) and HeaderOriginalDestination; it
-// logs it (without a body) and counts it in Stats.Oversized and
-// Stats.DeadLettersSent. The body itself is gone from the broker once the
-// record is committed: raise the limits, or have producers keep
-// messages below them, when the body matters. Persistent and
-// non-persistent messages are treated alike (a NACK would dead-letter the
-// first on the broker but discard the second).
+// the broker sent a content-length), HeaderOriginalDestination and
+// HeaderOriginalMessageID; it logs it (without a body) and counts it in
+// Stats.Oversized and Stats.DeadLettersSent. What happens to the original
+// depends on the broker's persistent header:
+//
+//   - persistent:true: once the record is committed (confirmed by its
+//     receipt), the original is NACKed. ActiveMQ takes a NACK as a poison
+//     ack and moves the full message, body included and message-id
+//     unchanged, to its dead-letter queue (ActiveMQ.DLQ by default,
+//     DLQ.<queue> with a per-queue strategy); the record carries
+//     HeaderOriginalNacked ("true") to point there. The NACK cannot join
+//     the record's transaction: ActiveMQ refuses a transacted poison ack
+//     and closes the connection. If the process or the connection ends
+//     between the record and the NACK, the original is delivered again and
+//     cut again, so its record may appear twice (same
+//     HeaderOriginalMessageID); the message is never lost. This relies on
+//     ActiveMQ's NACK: a broker that redelivers a NACKed message instead
+//     (RabbitMQ's STOMP plugin does by default) would get a new record
+//     for every redelivery.
+//   - anything else (non-persistent, STOMP's default, or the header not
+//     kept): the record and the ACK of the original commit in one
+//     transaction, since ActiveMQ discards a non-persistent message on a
+//     NACK. The body is gone once the record is committed: raise the
+//     limits, send such messages persistent, or keep them below the
+//     limits when the body matters.
+//
 // A command line longer than MaxHeaderBytes is no STOMP and ends the
 // connection. What go-stomp still buffers on its own: up to 20 frames in
 // its read channel and 16 per subscription, each within the limits.

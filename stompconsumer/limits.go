@@ -22,11 +22,12 @@ import (
 // delivery's ack id is recorded with the reason, so the consumer knows
 // (without trusting any header a producer could set) that the delivery was
 // cut. The consumer then dead-letters a record of it (the kept headers, an
-// empty body marked as omitted, the reason) committed with the ACK of the
-// original. It does not return it with NACK: ActiveMQ dead-letters a
-// persistent message on a NACK but discards a non-persistent one, which
-// would lose it. Killing the connection instead would make the broker
-// redeliver the same frame forever.
+// empty body marked as omitted, the reason) and settles the original: a
+// persistent one with NACK once the record is committed (ActiveMQ then
+// dead-letters it in full), a non-persistent one with an ACK in the
+// record's transaction (ActiveMQ discards a non-persistent message on a
+// NACK). Killing the connection instead would make the broker redeliver
+// the same frame forever.
 
 // essentialHeaders are kept when a frame is cut.
 var essentialHeaders = []string{

@@ -2,7 +2,6 @@ package stompconsumer
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,15 +115,26 @@ type oversizedCase struct {
 // runOversized sends the cases to a fresh queue, in order, and consumes it
 // with a consumer with the given limits and a dead-letter destination of
 // its own. Every case that fits must be applied once; every one that does
-// not must be in that dead-letter destination as a record (its key and
-// origin kept, an empty body marked as omitted, the reason), whether it
-// was persistent or not; nothing may be left on the queue or in the
-// broker's dead-letter queue.
+// not must be in that dead-letter destination as a record (its key, origin
+// and message id kept, an empty body marked as omitted, the reason),
+// whether it was persistent or not. A persistent one must also be in the
+// broker's dead-letter queue for the queue, in full (the consumer NACKed
+// it, and its record says so); a non-persistent one must not (its record
+// says it was not NACKed). Nothing may be left on the queue.
 func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 	addr := stompAddr(t)
 	q := "/queue/" + uniq("msgaudit.big")
 	dlq := "/queue/" + uniq("msgaudit.big.dlq")
 	tag := uniq("tag")
+	t.Cleanup(func() {
+		if t.Failed() {
+			// A failure may stop the test before it drains what it sent,
+			// up to 34 MiB held by a shared broker.
+			for _, d := range []string{q, dlq, brokerDLQ(q)} {
+				drain(t, addr, d, 300*time.Millisecond)
+			}
+		}
+	})
 	p := rawDial(t, addr)
 	for _, tc := range cases {
 		opts := []func(*frame.Frame) error{stompHeader(testTag, tag), stompHeader("x-idem-key", tc.key)}
@@ -159,9 +169,9 @@ func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 	stop := runConsumer(t, c)
 	// The graceful stop settles what is in flight, the oversized ones'
 	// dead letters included.
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d messages applied and %d oversized ones cut", small, big), func() bool {
-		return l.count() >= small && c.Stats().Oversized >= uint64(big)
-	})
+	if !eventually(60*time.Second, func() bool { return l.count() >= small && c.Stats().Oversized >= uint64(big) }) {
+		t.Fatalf("timed out after 60s waiting for %d messages applied and %d oversized ones cut: applied %d, stats %+v", small, big, l.count(), c.Stats())
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +207,12 @@ func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 		if h["body"] != "" || h[HeaderBodyOmitted] != "true" {
 			t.Errorf("%s: record carries %d body bytes and %s=%q; want none and \"true\"", tc.key, len(h["body"]), HeaderBodyOmitted, h[HeaderBodyOmitted])
 		}
+		if want := map[bool]string{true: "true"}[tc.persistent]; h[HeaderOriginalNacked] != want {
+			t.Errorf("%s (persistent %v): record has %s=%q, want %q", tc.key, tc.persistent, HeaderOriginalNacked, h[HeaderOriginalNacked], want)
+		}
+		if h[HeaderOriginalMessageID] == "" {
+			t.Errorf("%s: record has no %s", tc.key, HeaderOriginalMessageID)
+		}
 		if r := h[receiver.HeaderDeadLetterReason]; !strings.HasPrefix(r, "oversized:") || !strings.Contains(r, tc.reason) {
 			t.Errorf("%s: reason %q, want an oversized %s", tc.key, r, tc.reason)
 		}
@@ -216,12 +232,48 @@ func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d", len(left))
 	}
-	checkBrokerDLQ(t, addr, q)
+	// The broker keeps the persistent ones, body and all, in its
+	// dead-letter queue for q; the non-persistent ones it would have
+	// discarded on a NACK, so they must not have been NACKed.
+	full := map[string]map[string]string{}
+	bdl := drain(t, addr, brokerDLQ(q), time.Second)
+	for _, h := range bdl {
+		if full[h["x-idem-key"]] != nil {
+			t.Errorf("two copies of %s in %s", h["x-idem-key"], brokerDLQ(q))
+		}
+		full[h["x-idem-key"]] = h
+	}
+	var nacked int
+	for _, tc := range cases {
+		h := full[tc.key]
+		if tc.reason == "" || !tc.persistent {
+			if h != nil {
+				t.Errorf("%s (persistent %v, oversized %v) is in %s: %v", tc.key, tc.persistent, tc.reason != "", brokerDLQ(q), short(h))
+			}
+			continue
+		}
+		nacked++
+		if h == nil {
+			t.Errorf("%s (persistent, %s over the limit) is not in %s: its body is lost", tc.key, tc.reason, brokerDLQ(q))
+			continue
+		}
+		if len(h["body"]) != len(tc.body) || h["body"] != tc.body {
+			t.Errorf("%s in %s has a body of %d bytes, want its full %d", tc.key, brokerDLQ(q), len(h["body"]), len(tc.body))
+		}
+		if r := records[tc.key]; r != nil && r[HeaderOriginalMessageID] != h[frame.MessageId] {
+			t.Errorf("%s: record points at message %q, the broker's dead letter is %q", tc.key, r[HeaderOriginalMessageID], h[frame.MessageId])
+		}
+	}
+	if len(bdl) != nacked {
+		t.Errorf("%s holds %d messages, want %d", brokerDLQ(q), len(bdl), nacked)
+	}
 }
 
 // TestOversizedFrames: frames over MaxBodyBytes or MaxHeaderBytes are cut
-// by the limiter and dead-lettered as records, persistent or not (a NACK
-// would make ActiveMQ discard a non-persistent one); the consumer keeps
+// by the limiter and dead-lettered as records, persistent or not; a
+// persistent one is NACKed in the record's transaction, so the broker
+// keeps it in full in its dead-letter queue, while a non-persistent one
+// (which ActiveMQ would discard on a NACK) is ACKed. The consumer keeps
 // going and the other messages are applied.
 func TestOversizedFrames(t *testing.T) {
 	big := strings.Repeat("b", 20<<10)
@@ -239,7 +291,8 @@ func TestOversizedFrames(t *testing.T) {
 
 // TestOversizedDefaultLimits: with the default limits, a 17 MiB message
 // sent without persistent:true (STOMP's default) and a persistent one both
-// end up in the consumer's dead-letter destination.
+// end up in the consumer's dead-letter destination as records, and the
+// persistent one in full in the broker's dead-letter queue.
 func TestOversizedDefaultLimits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends 34 MiB through ActiveMQ; skipped with -short")

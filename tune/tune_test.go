@@ -7,8 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acemq/msgaudit/internal/benchkit"
+	"github.com/acemq/msgaudit/internal/testwait"
 	"github.com/acemq/msgaudit/tune"
 	"pgregory.net/rapid"
 )
@@ -144,7 +146,7 @@ func TestReplayKnownAnswer(t *testing.T) {
 	if st.Redeliveries == 0 || st.MaxDistance != 3000 {
 		t.Fatalf("generated %+v", st)
 	}
-	r, err := tune.Replay(context.Background(), tr, tune.Options{Depths: []int{2048, 2900, 3000, 4096}, Caps: []int{7, 8, 16}})
+	r, err := tune.Replay(testwait.Context(t, time.Minute), tr, tune.Options{Depths: []int{2048, 2900, 3000, 4096}, Caps: []int{7, 8, 16}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +192,7 @@ func TestReplayDestinations(t *testing.T) {
 	t.Parallel()
 	tr, _ := generate(t, tune.GenerateOptions{Producers: 12, Destinations: 3, Count: 12 * 400, RedeliveryRate: 0.2,
 		Distance: tune.Distribution{Kind: tune.Uniform, A: 1, B: 100}, Seed: 2})
-	r, err := tune.Replay(context.Background(), tr, tune.Options{Caps: []int{3, 4}})
+	r, err := tune.Replay(testwait.Context(t, time.Minute), tr, tune.Options{Caps: []int{3, 4}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +212,7 @@ func TestReplayTarget(t *testing.T) {
 	t.Parallel()
 	tr, _ := generate(t, tune.GenerateOptions{Producers: 4, Count: 40000, RedeliveryRate: 0.1,
 		Distance: tune.Distribution{Kind: tune.Uniform, A: 0, B: 999}, Seed: 3})
-	r, err := tune.Replay(context.Background(), tr, tune.Options{Target: 0.5, Margin: 1})
+	r, err := tune.Replay(testwait.Context(t, time.Minute), tr, tune.Options{Target: 0.5, Margin: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +235,7 @@ func TestReplayTarget(t *testing.T) {
 func TestReplayNoDuplicates(t *testing.T) {
 	t.Parallel()
 	tr, _ := generate(t, tune.GenerateOptions{Producers: 100, Count: 1000, Seed: 4})
-	r, err := tune.Replay(context.Background(), tr, tune.Options{})
+	r, err := tune.Replay(testwait.Context(t, time.Minute), tr, tune.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +253,7 @@ func TestReplayOptions(t *testing.T) {
 	for _, o := range []tune.Options{
 		{Target: 1.5}, {Target: -1}, {Margin: 0.5}, {Depths: []int{0}}, {Depths: []int{1 << 30}}, {Caps: []int{-1}},
 	} {
-		if _, err := tune.Replay(context.Background(), tr, o); !errors.Is(err, tune.ErrOptions) {
+		if _, err := tune.Replay(testwait.Context(t, time.Minute), tr, o); !errors.Is(err, tune.ErrOptions) {
 			t.Errorf("%+v: %v, want ErrOptions", o, err)
 		}
 	}
@@ -268,6 +270,7 @@ func TestReplayOptions(t *testing.T) {
 // and depth >= the largest distance with cap >= producers catches all.
 func TestReplayProperties(t *testing.T) {
 	t.Parallel()
+	ctx := testwait.Context(t, 5*time.Minute) // for all of rapid's runs
 	rapid.Check(t, func(rt *rapid.T) {
 		o := tune.GenerateOptions{
 			Producers:      rapid.IntRange(1, 6).Draw(rt, "producers"),
@@ -281,7 +284,7 @@ func TestReplayProperties(t *testing.T) {
 		tr, st := generate(rt, o)
 		depths := []int{rapid.IntRange(1, 700).Draw(rt, "depth")}
 		caps := []int{rapid.IntRange(1, 8).Draw(rt, "cap")}
-		r, err := tune.Replay(context.Background(), tr, tune.Options{Depths: depths, Caps: caps, Workers: 1})
+		r, err := tune.Replay(ctx, tr, tune.Options{Depths: depths, Caps: caps, Workers: 1})
 		if err != nil {
 			rt.Fatal(err)
 		}

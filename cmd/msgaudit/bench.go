@@ -16,6 +16,7 @@ import (
 
 	"github.com/acemq/msgaudit/bench"
 	"github.com/acemq/msgaudit/internal/benchkit"
+	"github.com/schollz/progressbar/v3"
 )
 
 const benchUsage = `usage: msgaudit bench [flags]
@@ -129,19 +130,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		noJava    = fs.Bool("no-java", false, "skip ActiveMQ's Java audit even when java is installed")
 		noMem     = fs.Bool("no-memory", false, "skip the heap measurements")
 		quiet     = fs.Bool("quiet", false, "no progress bar")
+		progress  = fs.Bool("progress", false, "show the progress bar even when stderr is not a terminal")
 		from      = fs.String("from", "", "do not measure: print (and chart, --png) the results saved in `FILE` by --json")
 		rounds    = fs.Int("count", 1, "measure every case this many times, interleaved, keeping the fastest (3 steadies a loaded machine)")
 		check     = fs.Bool("check", false, "exit 1 when a performance target is missed or none could be evaluated (also with --from)")
 	)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, stop := parseFlags(fs, args, stderr); stop {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "msgaudit bench: unexpected arguments:", fs.Args())
-		return 2
+		return usageError(stderr, "bench", "unexpected arguments: %q", fs.Args())
+	}
+	if *quiet && *progress {
+		return usageError(stderr, "bench", "-quiet and -progress contradict each other")
 	}
 	if *from != "" {
 		return benchFromFile(*from, *pngOut, *benchstat, *check, stdout, stderr)
@@ -157,15 +158,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	if *rounds < 1 {
-		fmt.Fprintln(stderr, "msgaudit bench: --count must be >= 1")
-		return 2
+		return usageError(stderr, "bench", "-count must be at least 1, got %d", *rounds)
+	}
+	if *benchtime < 0 {
+		return usageError(stderr, "bench", "-benchtime must be positive, got %v", *benchtime)
 	}
 	var re *regexp.Regexp
 	if *run != "" {
 		var err error
 		if re, err = regexp.Compile(*run); err != nil {
-			fmt.Fprintln(stderr, "msgaudit bench: --run:", err)
-			return 2
+			return usageError(stderr, "bench", "-run: %v", err)
 		}
 	}
 	cases := benchkit.Matrix(profile)
@@ -201,7 +203,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rep := &benchReport{Started: time.Now().UTC(), Profile: string(profile), BenchTime: benchtime.String(), Rounds: *rounds,
 		GoVersion: runtime.Version(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPU: cpuName(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0)}
-	bar := newBar(stderr, *quiet, *rounds*len(cases)+len(mems)+javaSteps, "bench")
+	var bar *progressbar.ProgressBar
+	if !*quiet {
+		bar = newProgress(stderr, *progress, *rounds*len(cases)+len(mems)+javaSteps, "bench")
+	}
 	step := func(desc string) {
 		if bar != nil {
 			bar.Describe(desc)

@@ -176,3 +176,30 @@ func TestTuneProgress(t *testing.T) {
 		t.Error("newProgress drew on a regular file without force")
 	}
 }
+
+// TestBenchMessages: bench's usage errors name the flag, print one line
+// and the pointer to -h, and exit 2; a failure exits 1.
+func TestBenchMessages(t *testing.T) {
+	t.Parallel()
+	const hint = "\nrun 'msgaudit bench -h' for usage\n"
+	missing := filepath.Join(t.TempDir(), "missing.json")
+	for _, tt := range []struct {
+		args   []string
+		code   int
+		stderr string // exact
+	}{
+		{[]string{"-bogus"}, 2, "msgaudit bench: flag provided but not defined: -bogus" + hint},
+		{[]string{"-count", "-1"}, 2, "msgaudit bench: -count must be at least 1, got -1" + hint},
+		{[]string{"-benchtime", "-1s"}, 2, "msgaudit bench: -benchtime must be positive, got -1s" + hint},
+		{[]string{"-run", "("}, 2, "msgaudit bench: -run: error parsing regexp: missing closing ): `(`" + hint},
+		{[]string{"-quiet", "-progress"}, 2, "msgaudit bench: -quiet and -progress contradict each other" + hint},
+		{[]string{"extra"}, 2, "msgaudit bench: unexpected arguments: [\"extra\"]" + hint},
+		{[]string{"-from", missing}, 1, "msgaudit bench: open " + missing + ": no such file or directory\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(t.Context(), append([]string{"bench"}, tt.args...), &stdout, &stderr)
+		if code != tt.code || stderr.String() != tt.stderr {
+			t.Errorf("bench %q: exit %d, stderr %q; want %d, %q", tt.args, code, stderr.String(), tt.code, tt.stderr)
+		}
+	}
+}

@@ -27,15 +27,6 @@ func newProgress(w io.Writer, force bool, max int, desc string) *progressbar.Pro
 	)
 }
 
-// newBar returns a progress bar on w, or nil when quiet or when w is not a
-// terminal (see newProgress).
-func newBar(w io.Writer, quiet bool, total int, desc string) *progressbar.ProgressBar {
-	if quiet {
-		return nil
-	}
-	return newProgress(w, false, total, desc)
-}
-
 // isTerminal reports whether w is a file open on a terminal.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(interface{ Fd() uintptr })

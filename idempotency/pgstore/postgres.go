@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/redact"
 )
 
 // DefaultPostgresTable is the table of a PostgreSQL store opened by URL
@@ -35,6 +37,17 @@ const postgresIndexSuffix = "_expires_at_idx"
 // is at most 48 bytes so that it plus postgresIndexSuffix fits PostgreSQL's
 // 63-byte identifier limit.
 var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z_][A-Za-z0-9_]{0,47})$`)
+
+// MaxPostgresKeyLength is the largest Options.MaxKeyLength the PostgreSQL
+// store accepts: a B-tree index entry holds at most about 2700 bytes (a
+// third of an 8 KiB page), and a longer verbatim key fails with "index row
+// size exceeds maximum" instead of being hashed.
+const MaxPostgresKeyLength = 2048
+
+// postgresTempSchemaRE matches the schemas that are private to a session
+// (pg_temp, its numbered forms, their TOAST schemas), in any case: a table
+// there is not shared by the connections of a pool, nor by two consumers.
+var postgresTempSchemaRE = regexp.MustCompile(`(?i)^pg_(toast_)?temp(_[0-9]+)?$`)
 
 // Store is an idempotency.Store on one PostgreSQL table through pgx v5 (pgxpool):
 //
@@ -86,8 +99,10 @@ type Store struct {
 
 // New returns a store on table in pool. table is a plain identifier
 // (letters, digits, '_'; at most 48 bytes), optionally qualified by a schema
-// ("audit.idempotency"); it is quoted, so it is case-sensitive. New
-// does no I/O: call Migrate once to create the table. The caller keeps
+// ("audit.idempotency"); it is quoted, so it is case-sensitive. A temporary
+// schema (pg_temp, pg_temp_N) is refused: each connection of the pool
+// would have its own table there. o.MaxKeyLength must not exceed
+// MaxPostgresKeyLength. New does no I/O: call Migrate once to create the table. The caller keeps
 // ownership of pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
@@ -100,9 +115,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Op
 	if err != nil {
 		return nil, err
 	}
+	if o.MaxKeyLength > MaxPostgresKeyLength {
+		return nil, fmt.Errorf("%w: MaxKeyLength %d above the PostgreSQL store's %d (a longer key would not fit its primary key index)", idempotency.ErrOptions, o.MaxKeyLength, MaxPostgresKeyLength)
+	}
 	m := postgresTableRE.FindStringSubmatch(table)
 	if m == nil {
 		return nil, fmt.Errorf("idempotency: invalid PostgreSQL table name %q (want [schema.]name of letters, digits and '_', name at most 48 bytes)", table)
+	}
+	if postgresTempSchemaRE.MatchString(m[1]) {
+		return nil, fmt.Errorf("idempotency: PostgreSQL table %q is in a temporary schema: every pooled connection would see a table of its own, and nothing would be deduplicated", table)
 	}
 	ident := pgx.Identifier{m[2]}
 	if m[1] != "" {
@@ -254,6 +275,13 @@ func (p *Store) migrate(ctx context.Context) error {
 // configuration a URL cannot express, build the pool with pgxpool.ParseConfig
 // and NewWithConfig and call New.
 //
+// TLS: without sslmode (and without PGSSLMODE), pgx uses prefer: TLS that
+// does not verify the server, falling back to plaintext without a word;
+// require does not verify the server either. Use sslmode=verify-full (with
+// sslrootcert naming the CA, or sslrootcert=system) wherever the network
+// is not trusted. The effective mode (PostgresTLSMode) is logged once to
+// Options.Logger, as a warning unless it is verify-full or verify-ca.
+//
 // Errors name the URL with its password redacted; the password never
 // appears in them.
 func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, error) {
@@ -261,6 +289,11 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 		return nil, err
 	}
 	red := idempotency.RedactURL(rawURL)
+	if strings.Contains(rawURL, "://") {
+		if _, err := redact.ParseURL(rawURL); err != nil {
+			return nil, fmt.Errorf("idempotency: postgres: %w", err)
+		}
+	}
 	clean, table, found, err := cutQueryParam(rawURL, postgresTableParam)
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, err), rawURL)
@@ -275,8 +308,9 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 	}
 	cfg, err := pgxpool.ParseConfig(clean)
 	if err != nil {
-		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, unwrapURLError(err)), rawURL)
+		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, pgParseError(err)), rawURL)
 	}
+	logPostgresTLS(ctx, o.Logger, &cfg.ConnConfig.Config, red)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: postgres %s: %w", red, err), rawURL)
@@ -296,6 +330,36 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 	}
 	return p, nil
 }
+
+// pgParseError keeps what pgx's parse error says is wrong and drops the
+// connection string it quotes: pgx masks passwords there by patterns that
+// miss some (a quoted password holding an escaped quote), so only the text
+// after the quoted string is kept (and then redacted by the caller). The
+// error still wraps err.
+func pgParseError(err error) error {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return unwrapURLError(err)
+	}
+	msg := pe.Error()
+	reason := "cannot parse"
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		reason = msg[i+len("`: "):]
+	}
+	return &reasonError{reason: reason, err: err}
+}
+
+// reasonError prints reason and wraps err.
+type reasonError struct {
+	reason string
+	err    error
+}
+
+func (e *reasonError) Error() string { return e.reason }
+
+// Unwrap returns the cause of the wrapped parse error, not the parse error
+// itself, whose message quotes the connection string.
+func (e *reasonError) Unwrap() error { return errors.Unwrap(e.err) }
 
 // openPostgresURL is Open's entry for postgres:// and postgresql:// URLs.
 func openPostgresURL(ctx context.Context, rawURL string, o idempotency.Options) (idempotency.Store, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency/pgstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
 	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // postgresTestURL returns MSGAUDIT_POSTGRES_URL, skipping the test when it is
@@ -91,7 +92,8 @@ func postgresTestPool(t testing.TB, tracer pgx.QueryTracer, maxConns int32) (*pg
 // newPostgresTestStore returns a migrated store on its own table.
 func newPostgresTestStore(t testing.TB, o idempotency.Options, tracer pgx.QueryTracer, maxConns int32) (*pgstore.Store, *pgxpool.Pool, string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	pool, table := postgresTestPool(t, tracer, maxConns)
 	p, err := pgstore.New(ctx, pool, table, o)
 	if err != nil {
@@ -121,7 +123,7 @@ func TestPostgresConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := pgstore.Open(context.Background(), withQuery(raw, "msgaudit_table="+table.(string)), o)
+			s, err := pgstore.Open(testwait.Context(t, time.Minute), withQuery(raw, "msgaudit_table="+table.(string)), o)
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -133,7 +135,7 @@ func TestPostgresConformance(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
-			s, err := pgstore.New(context.Background(), pool, "t", o)
+			s, err := pgstore.New(testwait.Context(t, time.Minute), pool, "t", o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +186,7 @@ func TestPostgresTableNames(t *testing.T) {
 
 func TestPostgresMigrateIdempotent(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	pool, table := postgresTestPool(t, nil, 0)
 	// Several stores migrating the same table at once: all succeed.
 	var wg sync.WaitGroup
@@ -200,7 +202,7 @@ func TestPostgresMigrateIdempotent(t *testing.T) {
 			errs <- err
 		}()
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, time.Minute, "the end of the 4 concurrent OpenPostgres+Migrate calls")
 	close(errs)
 	for err := range errs {
 		if err != nil {
@@ -234,7 +236,7 @@ func TestPostgresMigrateIdempotent(t *testing.T) {
 
 func TestPostgresRoundTrips(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	var tr pgCounter
 	// One connection, so the warm-up prepares every statement on the
 	// connection the counted calls use.
@@ -311,7 +313,7 @@ func TestPostgresRoundTrips(t *testing.T) {
 // InProgress, none AlreadyConfirmed and no error.
 func TestPostgresTryClaimRaceOnExpired(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	p, _, _ := newPostgresTestStore(t, idempotency.Options{ClaimTTL: 20 * time.Millisecond}, nil, 0)
 	const keys, racers = 20, 16
 	for k := range keys {
@@ -332,7 +334,11 @@ func TestPostgresTryClaimRaceOnExpired(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				<-start
+				select {
+				case <-start:
+				case <-ctx.Done():
+					return // the test's deadline passed before the race began
+				}
 				out, _, err := p.TryClaim(ctx, key)
 				switch {
 				case err != nil:
@@ -345,7 +351,7 @@ func TestPostgresTryClaimRaceOnExpired(t *testing.T) {
 			}()
 		}
 		close(start)
-		wg.Wait()
+		testwait.Group(t, &wg, time.Minute, fmt.Sprintf("the end of the %d TryClaim racers on key %d", racers, k))
 		// The 20 ms lease of the winner can lapse during the race, letting a
 		// late racer take it over once more; a second winner is then
 		// correct. What must hold: at least one, and never two at once,
@@ -362,7 +368,7 @@ func TestPostgresTryClaimRaceOnExpired(t *testing.T) {
 // transaction instead of waiting for them.
 func TestPostgresPurge(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	var tr pgCounter
 	p, pool, table := newPostgresTestStore(t, idempotency.Options{}, &tr, 0)
 	tab := pgx.Identifier{table}.Sanitize()
@@ -458,7 +464,7 @@ func deletesSeen(tr *pgCounter) int {
 // once the server's clock passes their lease or retention.
 func TestPostgresPurgeExpiredByStore(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	// Two stores on one table: lapsing claims, and long claims confirmed
 	// with a short retention.
 	lapsing, pool, table := newPostgresTestStore(t, idempotency.Options{ClaimTTL: 10 * time.Millisecond}, nil, 0)
@@ -493,7 +499,7 @@ func TestPostgresPurgeExpiredByStore(t *testing.T) {
 // the rest of the URL for pgx, migrates, and owns its pool.
 func TestPostgresURL(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	pool, table := postgresTestPool(t, nil, 0)
 	raw := postgresTestURL(t)
 	sep := "?"

@@ -13,9 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/acemq/msgaudit/internal/redact"
-
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/redact"
 )
 
 // Values stored under a Redis key. A claim is "h:" followed by the owner
@@ -120,8 +119,15 @@ type Store struct {
 	closed     atomic.Bool
 }
 
+// MaxRedisKeyLength is the largest Options.MaxKeyLength the Redis store
+// accepts: Redis itself takes keys up to 512 MiB, but every stored key is
+// sent and kept whole, so longer keys are hashed well before that.
+const MaxRedisKeyLength = 64 << 10
+
 // New returns a store that keeps its keys under prefix (for example
-// "orders:idempotency:") in client. The caller keeps ownership of client:
+// "orders:idempotency:") in client. The prefix must not be empty (nor may
+// the URL's msgaudit_prefix be), and o.MaxKeyLength must not exceed
+// MaxRedisKeyLength. The caller keeps ownership of client:
 // Close leaves it open. New does no I/O; the first operation reports a
 // server that cannot be reached. Every operation checks its context before
 // sending; a context deadline also bounds a command in flight only when the
@@ -131,9 +137,17 @@ func New(client redis.UniversalClient, prefix string, o idempotency.Options) (*S
 	if client == nil {
 		return nil, errors.New("idempotency: NewRedis: nil client")
 	}
+	if prefix == "" {
+		// As the metadata store: without a prefix the store's keys mix with
+		// whatever else the database holds.
+		return nil, fmt.Errorf("%w: empty Redis key prefix", idempotency.ErrOptions)
+	}
 	o, err := o.Normalize()
 	if err != nil {
 		return nil, err
+	}
+	if o.MaxKeyLength > MaxRedisKeyLength {
+		return nil, fmt.Errorf("%w: MaxKeyLength %d above the Redis store's %d", idempotency.ErrOptions, o.MaxKeyLength, MaxRedisKeyLength)
 	}
 	return &Store{
 		client:   client,
@@ -151,6 +165,9 @@ func New(client redis.UniversalClient, prefix string, o idempotency.Options) (*S
 // query parameter msgaudit_prefix sets the key prefix (default
 // DefaultRedisPrefix).
 //
+// rediss://…?skip_verify=true turns off the verification of the server's
+// certificate; the store then logs a warning to Options.Logger once.
+//
 // A non-nil tlsConfig (for a custom CA or a client certificate) turns TLS on
 // even for redis://; when its ServerName is empty the URL's host is used.
 //
@@ -163,9 +180,15 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 		return nil, err
 	}
 	red := idempotency.RedactURL(rawURL)
+	if _, err := redact.ParseURL(rawURL); err != nil {
+		return nil, fmt.Errorf("idempotency: redis: %w", err)
+	}
 	clean, prefix, err := splitRedisURL(rawURL)
 	if err != nil {
 		return nil, redactError(fmt.Errorf("idempotency: redis URL %s: %w", red, err), rawURL)
+	}
+	if prefix == "" {
+		return nil, fmt.Errorf("%w: redis URL %s: empty %s", idempotency.ErrOptions, red, redisPrefixParam)
 	}
 	opt, err := redis.ParseURL(clean)
 	if err != nil {
@@ -180,6 +203,7 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 		}
 		opt.TLSConfig = c
 	}
+	logRedisTLS(ctx, o.Logger, opt.TLSConfig, red)
 	// Honour the deadlines of the contexts passed to the store's methods,
 	// not only the client's fixed read and write timeouts.
 	opt.ContextTimeoutEnabled = true

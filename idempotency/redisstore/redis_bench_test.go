@@ -8,8 +8,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // remoteBenchPairs measures TryClaim + Confirm pairs on s from goroutines
@@ -42,7 +44,7 @@ func remoteBenchPairs(b *testing.B, s idempotency.Store, goroutines int, roundTr
 			}
 		}()
 	}
-	wg.Wait()
+	testwait.Group(b, &wg, time.Minute, "the end of the warm-up goroutines")
 	b.ReportAllocs()
 	before := roundTrips()
 	b.ResetTimer()

@@ -35,6 +35,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
 	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // redisTestURL returns MSGAUDIT_REDIS_URL, skipping the test when it is unset
@@ -72,7 +73,8 @@ func redisTestClient(t testing.TB) (*redis.Client, string) {
 // redisDeletePrefix deletes every key that starts with prefix.
 func redisDeletePrefix(t testing.TB, client redis.UniversalClient, prefix string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
@@ -158,7 +160,7 @@ func TestRedisConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := redisstore.Open(context.Background(), withQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
+			s, err := redisstore.Open(testwait.Context(t, time.Minute), withQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -186,7 +188,7 @@ func withQuery(rawURL, param string) string {
 
 func TestRedisRoundTrips(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	s, client, _ := newRedisTestStore(t, idempotency.Options{})
 	var rt redisCounter
 	client.AddHook(&rt)
@@ -261,7 +263,7 @@ func TestRedisRoundTrips(t *testing.T) {
 // claimed, "c" with the retention once confirmed, nothing once released.
 func TestRedisStorageLayout(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	o := idempotency.Options{ClaimTTL: time.Hour, Retention: 48 * time.Hour}
 	s, client, prefix := newRedisTestStore(t, o)
 	key := idempotency.Key{Namespace: "orders", ID: "ID:host-1-2-3:1:1:1:7"}
@@ -313,7 +315,7 @@ func TestRedisStorageLayout(t *testing.T) {
 // leaves one passed to NewRedis open; a closed store answers ErrClosed.
 func TestRedisOwnershipOfClient(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	s, client, _ := newRedisTestStore(t, idempotency.Options{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -341,7 +343,7 @@ func TestRedisOwnershipOfClient(t *testing.T) {
 // does not reach go-redis (which rejects unknown options).
 func TestRedisURLPrefix(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	client, prefix := redisTestClient(t)
 	raw := redisTestURL(t)
 	sep := "?"
@@ -509,7 +511,7 @@ func startRedisServer(t testing.TB, tlsOnly bool, args ...string) string {
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-logDone
+		testwait.Recv(t, logDone, testwait.Long, "the end of redis-server's output after it was killed")
 		_ = cmd.Wait()
 	})
 	deadline := time.Now().Add(10 * time.Second)
@@ -521,7 +523,7 @@ func startRedisServer(t testing.TB, tlsOnly bool, args ...string) string {
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
-			<-logDone
+			testwait.Recv(t, logDone, testwait.Long, "the end of redis-server's output after it was killed for not starting on "+addr)
 			t.Fatalf("redis-server on %s did not start: %v\n%s", addr, err, log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -787,9 +789,10 @@ func silentServer(t testing.TB) string {
 		t.Fatal(err)
 	}
 	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
+		mu     sync.Mutex
+		conns  []net.Conn
+		closed bool // set at cleanup: a connection accepted later is closed at once
+		wg     sync.WaitGroup
 	)
 	wg.Add(1)
 	go func() {
@@ -800,6 +803,9 @@ func silentServer(t testing.TB) string {
 				return
 			}
 			mu.Lock()
+			if closed {
+				_ = c.Close()
+			}
 			conns = append(conns, c)
 			mu.Unlock()
 			wg.Add(1)
@@ -812,11 +818,12 @@ func silentServer(t testing.TB) string {
 	t.Cleanup(func() {
 		_ = l.Close()
 		mu.Lock()
+		closed = true
 		for _, c := range conns {
 			_ = c.Close()
 		}
 		mu.Unlock()
-		wg.Wait()
+		testwait.Group(t, &wg, testwait.Long, "the end of the silent server's accept loop and readers after its listener and connections closed")
 	})
 	return l.Addr().String()
 }
@@ -864,7 +871,7 @@ func TestRedisHungServer(t *testing.T) {
 // refused while parsing), so many passwords can be tried.
 func TestRedactionProperty(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	addr := remoteClosedAddr(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		// A marker on both ends makes the password unmistakable in error

@@ -14,6 +14,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // sqlitePaths remembers which file each test store was opened on, so the
@@ -51,7 +52,7 @@ func TestSQLiteConformance(t *testing.T) {
 // work again once the lock is gone.
 func TestSQLiteBusy(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	path := filepath.Join(t.TempDir(), "busy.db")
 	s := openSQLiteTest(t, path+"?_pragma=busy_timeout(50)", idempotency.Options{})
 	k := idempotency.Key{Namespace: "q", ID: "m1"}
@@ -87,7 +88,7 @@ func TestSQLiteBusy(t *testing.T) {
 // TestSQLitePurge deletes expired rows in batches and leaves live ones.
 func TestSQLitePurge(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	clock := storetest.NewFakeClock(time.Unix(1e9, 0))
 	o := idempotency.Options{ClaimTTL: time.Minute, Retention: time.Hour, Clock: clock}
 	s := openSQLiteTest(t, filepath.Join(t.TempDir(), "purge.db"), o)
@@ -130,7 +131,7 @@ func TestSQLitePurge(t *testing.T) {
 // each sees the other's confirmations.
 func TestSQLiteTwoHandlesOneFile(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := testwait.Context(t, time.Minute)
 	path := filepath.Join(t.TempDir(), "shared.db")
 	stores := []*sqlitestore.Store{openSQLiteTest(t, path, idempotency.Options{}), openSQLiteTest(t, path, idempotency.Options{})}
 	const keys, perStore = 100, 4
@@ -159,7 +160,7 @@ func TestSQLiteTwoHandlesOneFile(t *testing.T) {
 			}()
 		}
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, time.Minute, "the end of the 8 claiming goroutines on two handles")
 	for i := range keys {
 		if n := wins[i].Load(); n != 1 {
 			t.Fatalf("key %d: %d winners across two handles, want 1", i, n)

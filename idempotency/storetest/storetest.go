@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // Capabilities describe a backend to the suite.
@@ -50,6 +52,15 @@ type Capabilities struct {
 const (
 	longTTL       = time.Minute
 	longRetention = time.Hour
+)
+
+// caseDeadline ends the context of a case's store calls, and waitDeadline
+// bounds each wait for the case's goroutines: a store that hangs fails the
+// case, naming the call or the goroutines, instead of hanging the package.
+// Both are limits for slow, shared machines, not expectations.
+const (
+	caseDeadline = 3 * time.Minute
+	waitDeadline = 2 * time.Minute
 )
 
 // Run runs the conformance suite against stores made by open. open must
@@ -127,7 +138,7 @@ type env struct {
 // ServerTime store they are expressed in units of ShortTTL by the caller.
 func (s *suite) newEnv(t *testing.T, ttl, retention time.Duration) *env {
 	t.Helper()
-	e := &env{t: t, ns: "storetest-" + randHex(6), ctx: context.Background()}
+	e := &env{t: t, ns: "storetest-" + randHex(6), ctx: testwait.Context(t, caseDeadline)}
 	e.o = idempotency.Options{ClaimTTL: ttl, Retention: retention}
 	if !s.caps.ServerTime {
 		e.clock = NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC))
@@ -278,7 +289,7 @@ func (s *suite) testRace(t *testing.T) {
 			}()
 		}
 		start.Done()
-		done.Wait()
+		testwait.Group(t, &done, waitDeadline, "the end of the "+itoa(goroutines)+" goroutines racing on keys "+itoa(lo)+" to "+itoa(lo+batch-1))
 		if failed.Load() {
 			t.FailNow()
 		}
@@ -679,6 +690,11 @@ func (s *suite) testConsumerRule(t *testing.T) {
 	e := s.newEnv(t, longTTL, longRetention)
 	var succeeded [msgs]atomic.Int32
 	var wg sync.WaitGroup
+	// A worker redelivers until its deadline, not for a number of rounds: a
+	// worker that only sees InProgress (another holds the claim) spins
+	// through rounds fast, so a round count ran out whenever the holder was
+	// descheduled.
+	deadline := time.Now().Add(waitDeadline)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
@@ -688,9 +704,9 @@ func (s *suite) testConsumerRule(t *testing.T) {
 				pending[i] = (i*7 + w*31) % msgs // a per-worker order
 			}
 			rnd := uint32(w + 1)
-			for round := 0; len(pending) > 0; round++ {
-				if round > 10000 {
-					t.Errorf("worker %d: %d messages never acknowledged", w, len(pending))
+			for len(pending) > 0 {
+				if time.Now().After(deadline) {
+					t.Errorf("worker %d: %d messages not acknowledged within %v", w, len(pending), waitDeadline)
 					return
 				}
 				var requeue []int
@@ -726,10 +742,11 @@ func (s *suite) testConsumerRule(t *testing.T) {
 					}
 				}
 				pending = requeue
+				runtime.Gosched() // let the holders of the claims in requeue finish
 			}
 		}()
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, waitDeadline+testwait.Long, "the end of the "+itoa(workers)+" consuming workers")
 	for m := range msgs {
 		if n := succeeded[m].Load(); n != 1 {
 			t.Fatalf("message %d ran to success %d times, want exactly once", m, n)
@@ -759,7 +776,7 @@ func (s *suite) testModel(t *testing.T) {
 		keys := []idempotency.Key{{Namespace: ns, ID: "a"}, {Namespace: ns, ID: "b"}, {Namespace: ns, ID: "c"}}
 		model := map[idempotency.Key]entry{}
 		var claims []idempotency.Claim // every claim handed out, stale ones too
-		ctx := context.Background()
+		ctx := e.ctx
 		live := func(k idempotency.Key) (entry, bool) {
 			en, ok := model[k]
 			return en, ok && en.expires.After(e.clock.Now())

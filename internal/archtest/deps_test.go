@@ -39,6 +39,7 @@ var layers = map[string]float64{
 	"internal/redact": 0, "internal/nilcheck": 0, "internal/snapframe": 0,
 	"internal/tlsconf": 0, "internal/testenv": 0, "internal/tcpproxy": 0,
 	"internal/readmecheck": 0, "internal/cmd/testsummary": 0, "internal/archtest": 0,
+	"internal/testwait": 0,
 	// Core: msgid → bitsetbin → audit → connaudit.
 	"msgid": 1.0, "bitsetbin": 1.1, "audit": 1.2, "audit/audittest": 1.25, "connaudit": 1.3,
 	// Store interfaces, their memory stores and conformance suites.
@@ -59,6 +60,7 @@ var layers = map[string]float64{
 	"promexport": 7,
 	// Tools.
 	"internal/benchkit": 8, "tune": 9, "bench": 9, "brokermodel": 9,
+	"bench/e2e": 9, "bench/e2e/cmd/e2e": 9.5, "internal/crashtest": 9,
 	"cmd/msgaudit": 10,
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/testwait"
 	"github.com/acemq/msgaudit/msgid"
 )
 
@@ -173,7 +174,7 @@ func TestRun(t *testing.T) {
 		{Workload: InOrder, Depth: 64, Producers: 4, Impl: "sharded", Goroutines: 1}, // not repeatable: fails
 	}
 	calls := 0
-	rs, err := Run(context.Background(), cases, 2, func(Result) { calls++ })
+	rs, err := Run(testwait.Context(t, time.Minute), cases, 2, func(Result) { calls++ })
 	if err != nil {
 		t.Fatal(err)
 	}

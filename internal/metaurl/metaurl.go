@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/metadata"
 )
 
@@ -35,4 +36,20 @@ func CutParam(rawURL, name, def string) (value, rest string, err error) {
 		return value, base, nil
 	}
 	return value, base + "?" + q.Encode(), nil
+}
+
+// CheckURL refuses a URL that net/url cannot split as a backend would
+// (see redact.ParseURL), with an error that quotes no part of its
+// password.
+func CheckURL(rawURL string) error {
+	if _, err := redact.ParseURL(rawURL); err != nil {
+		return fmt.Errorf("%w: %w", metadata.ErrUnsupportedURL, err)
+	}
+	return nil
+}
+
+// RedactError returns err with every secret of rawURL masked (see
+// redact.URLSecrets); errors.Is and errors.As still see err's chain.
+func RedactError(err error, rawURL string) error {
+	return redact.New(redact.URLSecrets(rawURL)...).Error(err)
 }

@@ -3,6 +3,7 @@ package readmecheck
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"go/ast"
 	"go/importer"
@@ -17,6 +18,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // block is one ```go block of a Markdown file.
@@ -183,11 +187,24 @@ func anyExported(pkg string) string {
 	}[pkg]
 }
 
+// goDeadline bounds each go command the test runs (they compile the module,
+// slowly on a shared machine): a hung one is killed and fails the test.
+const goDeadline = 5 * time.Minute
+
+// killed says why a go command run with ctx failed when ctx ended it.
+func killed(ctx context.Context) string {
+	if ctx.Err() != nil {
+		return fmt.Sprintf(" (killed: it did not finish within %v)", goDeadline)
+	}
+	return ""
+}
+
 func moduleRoot(t *testing.T) string {
 	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	ctx := testwait.Context(t, goDeadline)
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
+		t.Fatalf("go env GOMOD: %v%s", err, killed(ctx))
 	}
 	return filepath.Dir(strings.TrimSpace(string(out)))
 }
@@ -219,10 +236,11 @@ func check(t *testing.T, root, readme string) []string {
 		t.Fatal(err)
 	}
 	rel := "./" + filepath.Base(dir)
-	vet := exec.Command("go", "vet", rel)
+	ctx := testwait.Context(t, goDeadline)
+	vet := exec.CommandContext(ctx, "go", "vet", rel)
 	vet.Dir = root
 	if out, err := vet.CombinedOutput(); err != nil {
-		return []string{fmt.Sprintf("go vet of %d README blocks: %v\n%s", len(blocks), err, out)}
+		return []string{fmt.Sprintf("go vet of %d README blocks: %v%s\n%s", len(blocks), err, killed(ctx), out)}
 	}
 	return discardedErrors(t, root, rel)
 }
@@ -233,11 +251,12 @@ func check(t *testing.T, root, readme string) []string {
 // calls (defer x.Close()) are allowed.
 func discardedErrors(t *testing.T, root, pkg string) []string {
 	t.Helper()
-	list := exec.Command("go", "list", "-export", "-deps", "-f", "{{if .Export}}{{.ImportPath}}={{.Export}}{{end}}", pkg)
+	ctx := testwait.Context(t, goDeadline)
+	list := exec.CommandContext(ctx, "go", "list", "-export", "-deps", "-f", "{{if .Export}}{{.ImportPath}}={{.Export}}{{end}}", pkg)
 	list.Dir = root
 	out, err := list.Output()
 	if err != nil {
-		t.Fatalf("go list -export: %v", err)
+		t.Fatalf("go list -export: %v%s", err, killed(ctx))
 	}
 	exports := map[string]string{}
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {

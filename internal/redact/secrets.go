@@ -2,6 +2,7 @@ package redact
 
 import (
 	"cmp"
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
@@ -57,19 +58,47 @@ func (r Redactor) Error(err error) error {
 	}
 	msg := err.Error()
 	if clean := r.String(msg); clean != msg {
-		return &redactedError{msg: clean, err: err}
+		return &redactedError{msg: clean, err: err, r: r}
 	}
 	return err
 }
 
-// redactedError keeps the chain of err but prints msg.
+// redactedError prints err's message redacted. Its Unwrap redacts the
+// errors err wraps as well, so a caller walking the chain with
+// errors.Unwrap never reaches a raw message (a broker's ERROR text may echo
+// the login); errors.Is and errors.As see err's whole chain (Is, As), and
+// As hands out the typed originals, whose messages are not redacted.
 type redactedError struct {
 	msg string
 	err error
+	r   Redactor
 }
 
 func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
+
+// Unwrap returns the redacted errors wrapped by err (one or several, as
+// err wraps them). With the methods on *redactedError the single and the
+// multiple form cannot both be offered, so a multi-error comes back joined.
+func (e *redactedError) Unwrap() error {
+	switch u := e.err.(type) {
+	case interface{ Unwrap() error }:
+		return e.r.Error(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		errs := u.Unwrap()
+		out := make([]error, len(errs))
+		for i, x := range errs {
+			out[i] = e.r.Error(x)
+		}
+		return errors.Join(out...)
+	}
+	return nil
+}
+
+// Is reports whether err's chain holds target.
+func (e *redactedError) Is(target error) bool { return errors.Is(e.err, target) }
+
+// As finds target's type in err's chain.
+func (e *redactedError) As(target any) bool { return errors.As(e.err, target) }
 
 // URLSecrets returns the secrets held by the given connection strings: the
 // userinfo password (decoded, and as written), and the values of query
@@ -77,9 +106,15 @@ func (e *redactedError) Unwrap() error { return e.err }
 // with "pass" in it). A string url.Parse rejects still yields the text
 // between the userinfo's first ':' and the last '@'. Pass the result to
 // New.
+//
+// A string without "://" is taken for a libpq key=value connection string
+// as well (DSNSecrets).
 func URLSecrets(urls ...string) []string {
 	var out []string
 	for _, raw := range urls {
+		if !strings.Contains(raw, "://") {
+			out = append(out, DSNSecrets(raw)...)
+		}
 		if i := strings.Index(raw, "://"); i >= 0 {
 			rest := raw[i+3:]
 			if at := strings.LastIndexByte(rest, '@'); at >= 0 {

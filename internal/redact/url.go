@@ -16,12 +16,13 @@ var secretParams = []string{"password", "pass", "passwd", "sslpassword", "secret
 // query parameters such as password= or sslpassword=. A string that does
 // not parse as a hierarchical URL — no scheme (//u:pw@h, u:pw@h), an opaque
 // form without "//" (redis:u:pw@h), userinfo-like text in a path with no
-// host (redis:/u:pw@h, redis:///u:pw@h), a bad port or escape — is masked
+// host (redis:/u:pw@h, redis:///u:pw@h), a bad port or escape, a raw
+// '/', '?', '#' or '@' in the userinfo (redis://u:a/b@h) — is masked
 // textually the same way, erring towards masking too much, so the result
 // is safe to put in an error or a log line either way.
 func URL(rawURL string) string {
 	u, err := url.Parse(rawURL)
-	if err != nil || u.Scheme == "" || u.Opaque != "" || (u.Host == "" && strings.Contains(u.Path, "@")) {
+	if err != nil || u.Scheme == "" || u.Opaque != "" || (u.Host == "" && strings.Contains(u.Path, "@")) || ambiguousUserinfo(rawURL) {
 		return redactText(rawURL)
 	}
 	changed := false
@@ -54,6 +55,21 @@ func URL(rawURL string) string {
 		return rawURL // unchanged, byte for byte
 	}
 	return u.String()
+}
+
+// ambiguousUserinfo reports whether rawURL holds text that looks like
+// userinfo (a ':' before the last '@' after "://") with a raw '/', '?',
+// '#' or '@' in it. Parsers split such a URL differently: net/url ends the
+// authority at the first '/', '?' or '#' and the userinfo at the last '@',
+// pgx's parser at the first '@'; either way part of the password would be
+// taken for a host, a path or an option, and quoted in their errors.
+func ambiguousUserinfo(rawURL string) bool {
+	_, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return false
+	}
+	at := strings.LastIndexByte(rest, '@')
+	return at >= 0 && strings.Contains(rest[:at], ":") && strings.ContainsAny(rest[:at], "/?#@")
 }
 
 // Strict is URL, except that an opaque URL whose opaque part holds

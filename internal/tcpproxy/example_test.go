@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/acemq/msgaudit/internal/tcpproxy"
 )
@@ -28,8 +29,12 @@ func Example() {
 		panic(err)
 	}
 	defer p.Close()
-	c, _ := net.Dial("tcp", p.Addr())
+	c, err := net.DialTimeout("tcp", p.Addr(), 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
 	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // a broken proxy fails, not hangs
 	fmt.Fprintln(c, "hello")
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	fmt.Print("echo: ", line)

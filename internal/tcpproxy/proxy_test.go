@@ -8,14 +8,17 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"io"
 	"math/big"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/acemq/msgaudit/internal/tcpproxy"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
 // echoServer is an upstream that echoes each line back. It counts the
@@ -57,7 +60,7 @@ func newEchoServer(t *testing.T) *echoServer {
 	})
 	t.Cleanup(func() {
 		ln.Close()
-		s.wg.Wait()
+		testwait.Group(t, &s.wg, testwait.Long, "the end of the echo server's accept loop and handlers after its listener closed")
 	})
 	return s
 }
@@ -129,10 +132,11 @@ func dial(t *testing.T, addr string, cli *tls.Config) net.Conn {
 	t.Helper()
 	var c net.Conn
 	var err error
+	d := &net.Dialer{Timeout: testwait.Long} // also bounds the TLS handshake
 	if cli != nil {
-		c, err = tls.Dial("tcp", addr, cli)
+		c, err = tls.DialWithDialer(d, "tcp", addr, cli)
 	} else {
-		c, err = net.Dial("tcp", addr)
+		c, err = d.Dial("tcp", addr)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -141,13 +145,18 @@ func dial(t *testing.T, addr string, cli *tls.Config) net.Conn {
 	return c
 }
 
-// roundTrip sends a line and expects it echoed.
+// roundTrip sends a line and expects it echoed within testwait.Long.
 func roundTrip(t *testing.T, c net.Conn, line string) {
 	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(testwait.Long))
+	defer func() { _ = c.SetDeadline(time.Time{}) }()
 	if _, err := io.WriteString(c, line+"\n"); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	got, err := bufio.NewReader(c).ReadString('\n')
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("timed out after %v: the echo of %q did not arrive", testwait.Long, line)
+	}
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}
@@ -172,10 +181,15 @@ func forEachMode(t *testing.T, f func(t *testing.T, srv, cli *tls.Config)) {
 	}
 }
 
-// expectClosed reads from c and wants EOF or a reset, not data.
+// expectClosed reads from c and wants EOF or a reset, not data, within
+// testwait.Long.
 func expectClosed(t *testing.T, c net.Conn) {
 	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(testwait.Long))
 	n, err := c.Read(make([]byte, 1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("timed out after %v: the proxy did not close the connection", testwait.Long)
+	}
 	if err == nil {
 		t.Fatalf("read %d bytes from a connection the proxy should have closed", n)
 	}
@@ -319,13 +333,16 @@ func TestConcurrent(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for range 20 {
-				c, err := net.Dial("tcp", p.Addr())
+				c, err := net.DialTimeout("tcp", p.Addr(), testwait.Long)
 				if err != nil {
 					t.Error(err)
 					return
 				}
+				_ = c.SetDeadline(time.Now().Add(testwait.Long))
 				_, _ = io.WriteString(c, "ping\n")
-				_, _ = bufio.NewReader(c).ReadString('\n') // may be cut
+				if _, err := bufio.NewReader(c).ReadString('\n'); errors.Is(err, os.ErrDeadlineExceeded) { // other errors: cut
+					t.Errorf("timed out after %v: neither an echo nor a cut came", testwait.Long)
+				}
 				c.Close()
 			}
 		})
@@ -338,7 +355,7 @@ func TestConcurrent(t *testing.T) {
 		}
 		p.SetDown(false)
 	})
-	wg.Wait()
+	testwait.Group(t, &wg, testwait.Long, "the end of the 4 dialling goroutines and the cutter")
 }
 
 func TestBadUpstreamAddress(t *testing.T) {

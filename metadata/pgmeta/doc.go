@@ -26,6 +26,9 @@ func init() {
 }
 
 func openPostgresURL(ctx context.Context, rawURL string) (metadata.StoreCloser, error) {
+	if err := metaurl.CheckURL(rawURL); err != nil {
+		return nil, err
+	}
 	table, rest, err := metaurl.CutParam(rawURL, metaurl.TableParam, DefaultTable)
 	if err != nil {
 		return nil, err
@@ -36,7 +39,7 @@ func openPostgresURL(ctx context.Context, rawURL string) (metadata.StoreCloser, 
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("metadata: postgres %s: %w", metadata.RedactURL(rawURL), err)
+		return nil, metaurl.RedactError(fmt.Errorf("metadata: postgres %s: %w", metadata.RedactURL(rawURL), err), rawURL)
 	}
 	s, err := New(pool, table)
 	if err != nil {
@@ -52,7 +55,7 @@ func openPostgresURL(ctx context.Context, rawURL string) (metadata.StoreCloser, 
 		if cause == nil {
 			cause = err
 		}
-		return nil, fmt.Errorf("metadata: postgres %s: migrate: %w", metadata.RedactURL(rawURL), cause)
+		return nil, metaurl.RedactError(fmt.Errorf("metadata: postgres %s: migrate: %w", metadata.RedactURL(rawURL), cause), rawURL)
 	}
 	return s, nil
 }

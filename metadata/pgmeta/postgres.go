@@ -20,10 +20,18 @@ const DefaultTable = "msgaudit_metadata"
 // tableName accepts a plain or schema-qualified SQL identifier.
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
+// tempSchema matches the schemas private to a session (pg_temp, pg_temp_N
+// and their TOAST schemas), in any case: a table there is not shared by
+// the connections of a pool.
+var tempSchema = regexp.MustCompile(`(?i)^pg_(toast_)?temp(_[0-9]+)?$`)
+
 // quoteTable validates name and returns it quoted for SQL text.
 func quoteTable(name string) (string, error) {
 	if !tableName.MatchString(name) {
 		return "", fmt.Errorf("%w: table %q", metadata.ErrInvalidName, name)
+	}
+	if schema, _, ok := strings.Cut(name, "."); ok && tempSchema.MatchString(schema) {
+		return "", fmt.Errorf("%w: table %q is in a temporary schema, private to each pooled connection", metadata.ErrInvalidName, name)
 	}
 	return pgx.Identifier(strings.Split(name, ".")).Sanitize(), nil
 }
@@ -42,7 +50,8 @@ type Store struct {
 
 var _ metadata.StoreCloser = (*Store)(nil)
 
-// New returns a store on table (plain or schema.table) reached
+// New returns a store on table (plain or schema.table; not in a
+// temporary schema such as pg_temp, private to each connection) reached
 // through pool, which the application may share with other work; Close
 // leaves it open. Call Migrate once to create the table.
 func New(pool *pgxpool.Pool, table string) (*Store, error) {

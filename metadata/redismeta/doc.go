@@ -25,6 +25,9 @@ func init() {
 }
 
 func openRedisURL(ctx context.Context, rawURL string) (metadata.StoreCloser, error) {
+	if err := metaurl.CheckURL(rawURL); err != nil {
+		return nil, err
+	}
 	prefix, rest, err := metaurl.CutParam(rawURL, metaurl.PrefixParam, DefaultRedisPrefix)
 	if err != nil {
 		return nil, err
@@ -43,7 +46,7 @@ func openRedisURL(ctx context.Context, rawURL string) (metadata.StoreCloser, err
 	s.owned = true
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
-		return nil, fmt.Errorf("metadata: redis %s: %w", metadata.RedactURL(rawURL), err)
+		return nil, metaurl.RedactError(fmt.Errorf("metadata: redis %s: %w", metadata.RedactURL(rawURL), err), rawURL)
 	}
 	return s, nil
 }

@@ -14,7 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/acemq/msgaudit/internal/testwait"
 	"github.com/acemq/msgaudit/metadata"
 	"pgregory.net/rapid"
 )
@@ -56,9 +58,27 @@ func Run(t *testing.T, newNamespace func(t *testing.T) Opener) {
 	}
 }
 
+// caseDeadline ends the context of a case's store calls (each helper call
+// below gets callDeadline), and waitDeadline bounds each wait for a case's
+// goroutines: a store that hangs fails the case, naming the call or the
+// goroutines, instead of hanging the package. Limits for slow, shared
+// machines, not expectations.
+const (
+	caseDeadline = 3 * time.Minute
+	callDeadline = time.Minute
+	waitDeadline = 2 * time.Minute
+)
+
+// callContext is the context of one helper's store call.
+func callContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), callDeadline)
+}
+
 func get(t testing.TB, s metadata.Store, key string) (string, bool) {
 	t.Helper()
-	v, ok, err := s.Get(context.Background(), key)
+	ctx, cancel := callContext()
+	defer cancel()
+	v, ok, err := s.Get(ctx, key)
 	if err != nil {
 		t.Fatalf("Get(%q): %v", key, err)
 	}
@@ -67,7 +87,9 @@ func get(t testing.TB, s metadata.Store, key string) (string, bool) {
 
 func put(t testing.TB, s metadata.Store, key, value string) (string, bool) {
 	t.Helper()
-	prev, stored, err := s.PutIfAbsent(context.Background(), key, value)
+	ctx, cancel := callContext()
+	defer cancel()
+	prev, stored, err := s.PutIfAbsent(ctx, key, value)
 	if err != nil {
 		t.Fatalf("PutIfAbsent(%q, %q): %v", key, value, err)
 	}
@@ -76,7 +98,9 @@ func put(t testing.TB, s metadata.Store, key, value string) (string, bool) {
 
 func replace(t testing.TB, s metadata.Store, key, old, new string) bool {
 	t.Helper()
-	ok, err := s.Replace(context.Background(), key, old, new)
+	ctx, cancel := callContext()
+	defer cancel()
+	ok, err := s.Replace(ctx, key, old, new)
 	if err != nil {
 		t.Fatalf("Replace(%q, %q, %q): %v", key, old, new, err)
 	}
@@ -221,7 +245,7 @@ func testLongKeys(t *testing.T, open Opener) {
 
 func testInvalidArguments(t *testing.T, open Opener) {
 	s := open(t)
-	ctx := context.Background()
+	ctx := testwait.Context(t, caseDeadline)
 	if _, _, err := s.Get(ctx, ""); !errors.Is(err, metadata.ErrInvalidKey) {
 		t.Errorf("Get(\"\") error = %v; want ErrInvalidKey", err)
 	}
@@ -289,7 +313,7 @@ func remover(t *testing.T, s metadata.Store) metadata.Remover {
 func testRemove(t *testing.T, open Opener) {
 	s := open(t)
 	r := remover(t, s)
-	ctx := context.Background()
+	ctx := testwait.Context(t, caseDeadline)
 	rm := func(key, value string) bool {
 		t.Helper()
 		ok, err := r.Remove(ctx, key, value)
@@ -337,6 +361,7 @@ func testRaceRemoveReplace(t *testing.T, open Opener) {
 	const rounds = 50
 	s1, s2 := open(t), open(t)
 	r := remover(t, s1)
+	ctx := testwait.Context(t, caseDeadline)
 	for i := 0; i < rounds; i++ {
 		key := "rr-" + strconv.Itoa(i)
 		put(t, s1, key, "v")
@@ -350,15 +375,15 @@ func testRaceRemoveReplace(t *testing.T, open Opener) {
 		go func() {
 			defer wg.Done()
 			<-start
-			removed, errRemove = r.Remove(context.Background(), key, "v")
+			removed, errRemove = r.Remove(ctx, key, "v")
 		}()
 		go func() {
 			defer wg.Done()
 			<-start
-			replaced, errRepl = s2.Replace(context.Background(), key, "v", "w")
+			replaced, errRepl = s2.Replace(ctx, key, "v", "w")
 		}()
 		close(start)
-		wg.Wait()
+		testwait.Group(t, &wg, waitDeadline, "the end of round "+strconv.Itoa(i)+"'s racing Remove and Replace")
 		if errRemove != nil || errRepl != nil {
 			t.Fatalf("round %d: %v, %v", i, errRemove, errRepl)
 		}
@@ -376,6 +401,7 @@ func testRaceRemoveReplace(t *testing.T, open Opener) {
 func testRacePutIfAbsent(t *testing.T, open Opener) {
 	const keys, racers = 10, 16
 	stores := []metadata.Store{open(t), open(t)}
+	ctx := testwait.Context(t, caseDeadline)
 	for k := 0; k < keys; k++ {
 		key := "race-" + strconv.Itoa(k)
 		var (
@@ -391,14 +417,14 @@ func testRacePutIfAbsent(t *testing.T, open Opener) {
 			go func() {
 				defer wg.Done()
 				<-start
-				prevs[g], stored[g], errs[g] = stores[g%2].PutIfAbsent(context.Background(), key, "g"+strconv.Itoa(g))
+				prevs[g], stored[g], errs[g] = stores[g%2].PutIfAbsent(ctx, key, "g"+strconv.Itoa(g))
 				if stored[g] {
 					winners.Add(1)
 				}
 			}()
 		}
 		close(start)
-		wg.Wait()
+		testwait.Group(t, &wg, waitDeadline, "the end of the "+strconv.Itoa(racers)+" PutIfAbsent racers on "+key)
 		for _, err := range errs {
 			if err != nil {
 				t.Fatal(err)
@@ -426,6 +452,7 @@ func testRaceReplaceStep(t *testing.T, open Opener) {
 	const steps = 100
 	stores := []metadata.Store{open(t), open(t)}
 	put(t, stores[0], "cas", "0")
+	ctx := testwait.Context(t, caseDeadline)
 	var wins [2]int
 	for i := 0; i < steps; i++ {
 		old, next := strconv.Itoa(i), strconv.Itoa(i+1)
@@ -440,11 +467,11 @@ func testRaceReplaceStep(t *testing.T, open Opener) {
 			go func() {
 				defer wg.Done()
 				<-start
-				ok[g], err[g] = stores[g].Replace(context.Background(), "cas", old, next)
+				ok[g], err[g] = stores[g].Replace(ctx, "cas", old, next)
 			}()
 		}
 		close(start)
-		wg.Wait()
+		testwait.Group(t, &wg, waitDeadline, "the end of step "+strconv.Itoa(i)+"'s 2 racing Replaces")
 		if err[0] != nil || err[1] != nil {
 			t.Fatalf("step %d: errors %v, %v", i, err[0], err[1])
 		}
@@ -468,6 +495,7 @@ func testRaceIncrement(t *testing.T, open Opener) {
 	const goroutines, each = 4, 50
 	stores := []metadata.Store{open(t), open(t)}
 	put(t, stores[0], "ctr", "0")
+	ctx := testwait.Context(t, caseDeadline)
 	var wg sync.WaitGroup
 	errc := make(chan error, goroutines)
 	for g := 0; g < goroutines; g++ {
@@ -475,7 +503,6 @@ func testRaceIncrement(t *testing.T, open Opener) {
 		go func() {
 			defer wg.Done()
 			s := stores[g%2]
-			ctx := context.Background()
 			for i := 0; i < each; i++ {
 				for {
 					v, ok, err := s.Get(ctx, "ctr")
@@ -496,7 +523,7 @@ func testRaceIncrement(t *testing.T, open Opener) {
 			}
 		}()
 	}
-	wg.Wait()
+	testwait.Group(t, &wg, waitDeadline, "the end of the "+strconv.Itoa(goroutines)+" incrementing goroutines")
 	close(errc)
 	for err := range errc {
 		t.Fatal(err)
@@ -507,13 +534,13 @@ func testRaceIncrement(t *testing.T, open Opener) {
 // testModel checks random operation sequences against a map.
 func testModel(t *testing.T, open Opener) {
 	s := open(t)
+	ctx := testwait.Context(t, caseDeadline)
 	var run atomic.Int64
 	rapid.Check(t, func(rt *rapid.T) {
 		ns := "m" + strconv.FormatInt(run.Add(1), 10) + "/"
 		model := map[string]string{}
 		keyGen := rapid.SampledFrom([]string{"a", "b", "c"})
 		valGen := rapid.SampledFrom([]string{"", "1", "2", "3"})
-		ctx := context.Background()
 		r, canRemove := s.(metadata.Remover)
 		ops := 2
 		if canRemove {

@@ -1,0 +1,17 @@
+//go:build unix
+
+package e2e
+
+import (
+	"syscall"
+	"time"
+)
+
+// cpuTime returns this process's user plus system CPU time.
+func cpuTime() (time.Duration, bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+}

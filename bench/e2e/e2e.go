@@ -1,0 +1,425 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Brokers.
+const (
+	// STOMP is ActiveMQ Classic over STOMP (Options.StompAddr).
+	STOMP = "stomp"
+	// AMQP is RabbitMQ over AMQP 0-9-1 (Options.AMQPURL).
+	AMQP = "amqp"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultMessages    = 20000
+	DefaultRounds      = 3
+	DefaultBodyBytes   = 200
+	DefaultConcurrency = 4
+	DefaultPrefetch    = 50
+	DefaultTimeout     = 10 * time.Minute
+)
+
+// ErrOptions reports invalid Options.
+var ErrOptions = errors.New("e2e: invalid options")
+
+// kind is what consumes a variant's queue.
+type kind uint8
+
+const (
+	bare kind = iota + 1
+	auditOnly
+	memoryStore
+	redisStore
+	postgresStore
+	sqliteStore
+	inboxSQLite
+	inboxPostgres
+)
+
+// variant is one consumer configuration on one broker.
+type variant struct {
+	broker string
+	name   string
+	kind   kind
+}
+
+// id is the variant's name in flags and reports: "stomp/redis".
+func (v variant) id() string { return v.broker + "/" + v.name }
+
+// needs names the Options field a variant's store needs, or "".
+func (v variant) needs() string {
+	switch v.kind {
+	case redisStore:
+		return "RedisURL"
+	case postgresStore, inboxPostgres:
+		return "PostgresURL"
+	}
+	return ""
+}
+
+// allVariants is every variant in report order.
+var allVariants = func() []variant {
+	var vs []variant
+	for _, b := range []string{STOMP, AMQP} {
+		vs = append(vs, variant{b, "bare", bare}, variant{b, "audit", auditOnly})
+		if b == STOMP {
+			vs = append(vs, variant{b, "memory", memoryStore})
+		}
+		vs = append(vs,
+			variant{b, "redis", redisStore},
+			variant{b, "postgres", postgresStore},
+			variant{b, "sqlite", sqliteStore},
+			variant{b, "inbox-sqlite", inboxSQLite},
+			variant{b, "inbox-postgres", inboxPostgres},
+		)
+	}
+	return vs
+}()
+
+// Variants returns the names of every variant, in report order:
+// "stomp/bare", "stomp/audit", "stomp/memory", "stomp/redis", …,
+// "amqp/inbox-postgres". The memory store runs on STOMP only.
+func Variants() []string {
+	out := make([]string, len(allVariants))
+	for i, v := range allVariants {
+		out[i] = v.id()
+	}
+	return out
+}
+
+// Options configures a run. The zero value of every numeric field means its
+// default; the addresses of the services the chosen variants use are
+// required.
+type Options struct {
+	// Messages is the number of messages pre-loaded per variant and round;
+	// default 20,000.
+	Messages int
+	// Rounds is the number of rounds; every variant runs once per round,
+	// interleaved with the others. Default 3.
+	Rounds int
+	// BodyBytes is the body size of every message; default 200.
+	BodyBytes int
+	// Concurrency and Prefetch configure msgaudit's consumers (the bare
+	// clients use Prefetch and one goroutine); defaults 4 and 50.
+	Concurrency, Prefetch int
+	// Brokers limits the run to STOMP, AMQP or both (nil: both).
+	Brokers []string
+	// Variants limits the run to these variants (names as in Variants,
+	// or a bare name such as "redis" for that variant on every chosen
+	// broker); nil means all of them. A broker's bare client always runs
+	// too, since every ratio divides by it.
+	Variants []string
+	// StompAddr is ActiveMQ's STOMP listener ("host:port"); AMQPURL is
+	// RabbitMQ ("amqp://user:pass@host:port/"); RedisURL and PostgresURL
+	// are the stores' servers.
+	StompAddr, AMQPURL, RedisURL, PostgresURL string
+	// Dir holds the SQLite files; "" means a temporary directory, removed
+	// at the end.
+	Dir string
+	// Timeout bounds one variant's consumption; default 10 minutes.
+	Timeout time.Duration
+	// Progress receives a line per measurement; nil discards them.
+	Progress io.Writer
+}
+
+// plan is a validated Options with its variants resolved.
+type plan struct {
+	Options
+	variants []variant
+	runID    string
+}
+
+// newPlan validates o, fills in the defaults and resolves the variants.
+func newPlan(o Options) (*plan, error) {
+	for _, f := range []struct {
+		name string
+		v    *int
+		def  int
+	}{
+		{"Messages", &o.Messages, DefaultMessages},
+		{"Rounds", &o.Rounds, DefaultRounds},
+		{"BodyBytes", &o.BodyBytes, DefaultBodyBytes},
+		{"Concurrency", &o.Concurrency, DefaultConcurrency},
+		{"Prefetch", &o.Prefetch, DefaultPrefetch},
+	} {
+		if *f.v < 0 {
+			return nil, fmt.Errorf("%w: %s is %d, must not be negative", ErrOptions, f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if o.Timeout < 0 {
+		return nil, fmt.Errorf("%w: Timeout is %v, must not be negative", ErrOptions, o.Timeout)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	brokers := o.Brokers
+	if len(brokers) == 0 {
+		brokers = []string{STOMP, AMQP}
+	}
+	for _, b := range brokers {
+		if b != STOMP && b != AMQP {
+			return nil, fmt.Errorf("%w: unknown broker %q (want %q or %q)", ErrOptions, b, STOMP, AMQP)
+		}
+	}
+	want := map[string]bool{}       // variant ids asked for
+	wantBroker := map[string]bool{} // brokers with a variant asked for
+	for _, name := range o.Variants {
+		found := false
+		for _, v := range allVariants {
+			if name == v.id() || name == v.name {
+				found = true
+				if slices.Contains(brokers, v.broker) {
+					want[v.id()], wantBroker[v.broker] = true, true
+				}
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("%w: unknown variant %q (known: %s)", ErrOptions, name, strings.Join(Variants(), ", "))
+		}
+	}
+	p := &plan{Options: o}
+	for _, v := range allVariants {
+		if !slices.Contains(brokers, v.broker) {
+			continue
+		}
+		if len(want) > 0 && !want[v.id()] && (v.kind != bare || !wantBroker[v.broker]) {
+			continue
+		}
+		p.variants = append(p.variants, v)
+	}
+	if len(o.Variants) > 0 && len(want) == 0 {
+		return nil, fmt.Errorf("%w: none of the variants %q runs on the brokers %q", ErrOptions, o.Variants, brokers)
+	}
+	for _, v := range p.variants {
+		missing := ""
+		switch {
+		case v.broker == STOMP && o.StompAddr == "":
+			missing = "StompAddr"
+		case v.broker == AMQP && o.AMQPURL == "":
+			missing = "AMQPURL"
+		case v.needs() == "RedisURL" && o.RedisURL == "":
+			missing = "RedisURL"
+		case v.needs() == "PostgresURL" && o.PostgresURL == "":
+			missing = "PostgresURL"
+		}
+		if missing != "" {
+			return nil, fmt.Errorf("%w: variant %s needs %s", ErrOptions, v.id(), missing)
+		}
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	p.runID = hex.EncodeToString(b)
+	return p, nil
+}
+
+// Sample is one measurement: one variant in one round.
+type Sample struct {
+	Broker  string `json:"broker"`
+	Variant string `json:"variant"`
+	Round   int    `json:"round"`
+	// Messages were handled in Seconds, from connecting to the broker's
+	// confirmation of the last acknowledgement.
+	Messages int     `json:"messages"`
+	Seconds  float64 `json:"seconds"`
+	// Rate is Messages / Seconds.
+	Rate float64 `json:"msgs_per_s"`
+	// CPUMicros is this process's user+system CPU time per message, in
+	// microseconds (0 where getrusage is not available).
+	CPUMicros float64 `json:"cpu_us_per_msg"`
+}
+
+// Run pre-loads, consumes and verifies every chosen variant in every round,
+// interleaved round-robin (each round starts at another variant), and
+// returns the samples and their summary. It
+// stops at the first variant that fails (an error, a timeout, a message left
+// on a queue), returning the samples measured so far with the error.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	p, err := newPlan(o)
+	if err != nil {
+		return nil, err
+	}
+	if p.Dir == "" {
+		dir, err := os.MkdirTemp("", "msgaudit-e2e-")
+		if err != nil {
+			return nil, fmt.Errorf("e2e: temporary directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		p.Dir = dir
+	}
+	rep := newReport(p)
+	for round := 1; round <= p.Rounds; round++ {
+		for _, v := range p.order(round) {
+			s, err := p.measure(ctx, v, round)
+			if err != nil {
+				rep.summarize()
+				return rep, fmt.Errorf("e2e: %s, round %d: %w", v.id(), round, err)
+			}
+			fmt.Fprintf(p.Progress, "round %d %-22s %8d msgs %7.2fs %9.0f msgs/s %6.1f µs CPU/msg\n",
+				round, v.id(), s.Messages, s.Seconds, s.Rate, s.CPUMicros)
+			rep.Samples = append(rep.Samples, s)
+		}
+	}
+	rep.summarize()
+	return rep, nil
+}
+
+// order is the variants in the order round (from 1) runs them: the list
+// rotated by (round-1)·len/Rounds, so that no variant always runs right
+// after the same one (a broker still busy with the previous queue, a
+// store's first run after a long pause) and every round still runs each
+// once.
+func (p *plan) order(round int) []variant {
+	k := (round - 1) * len(p.variants) / p.Rounds % len(p.variants)
+	return append(slices.Clone(p.variants[k:]), p.variants[:k]...)
+}
+
+// names are a measurement's queue, table, key prefix and file names.
+type names struct {
+	queue  string // broker queue name (without /queue/)
+	ident  string // SQL table / file / key prefix: letters, digits, '_'
+	seqKey string // the producer part of AMQP message ids
+}
+
+func (p *plan) names(v variant, round int) names {
+	slug := strings.ReplaceAll(v.name, "-", "_")
+	base := fmt.Sprintf("e2e_%s_%s_%s_%d", p.runID, v.broker, slug, round)
+	return names{
+		queue:  strings.ReplaceAll(base, "_", "."),
+		ident:  base,
+		seqKey: "e2e-" + p.runID + "-" + v.broker + "-" + v.name + "-" + fmt.Sprint(round),
+	}
+}
+
+// measure runs one variant once: pre-load, consume (timed), verify, clean up.
+func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err error) {
+	n := p.names(v, round)
+	body := make([]byte, p.BodyBytes)
+	for i := range body {
+		body[i] = 'a' + byte(i%26)
+	}
+	var b broker
+	switch v.broker {
+	case STOMP:
+		b = &stompBroker{addr: p.StompAddr}
+	default:
+		b = &amqpBroker{url: p.AMQPURL}
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		err = errors.Join(err, b.cleanup(cctx, n))
+	}()
+	if err := b.preload(ctx, n, p.Messages, body); err != nil {
+		return s, fmt.Errorf("pre-loading %d messages: %w", p.Messages, err)
+	}
+	var be *backend
+	if v.kind != bare {
+		be, err = p.openBackend(ctx, v.kind, n)
+		if err != nil {
+			return s, err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			err = errors.Join(err, be.close(cctx))
+		}()
+	}
+	runtime.GC()
+	cpu0, _ := cpuTime()
+	start := time.Now()
+	handled, err := b.consume(ctx, p, v, n, be)
+	elapsed := time.Since(start)
+	cpu1, _ := cpuTime()
+	if err != nil {
+		return s, fmt.Errorf("consuming: %w (handled %d of %d)", err, handled, p.Messages)
+	}
+	if handled != p.Messages {
+		return s, fmt.Errorf("handled %d of %d messages", handled, p.Messages)
+	}
+	if err := b.verifyEmpty(ctx, n); err != nil {
+		return s, fmt.Errorf("after consuming: %w", err)
+	}
+	return Sample{
+		Broker:    v.broker,
+		Variant:   v.name,
+		Round:     round,
+		Messages:  p.Messages,
+		Seconds:   elapsed.Seconds(),
+		Rate:      float64(p.Messages) / elapsed.Seconds(),
+		CPUMicros: float64(cpu1-cpu0) / float64(time.Microsecond) / float64(p.Messages),
+	}, nil
+}
+
+// broker is one broker's side of a measurement.
+type broker interface {
+	// preload puts count persistent messages with body on the queue and
+	// returns once the broker has them all.
+	preload(ctx context.Context, n names, count int, body []byte) error
+	// consume runs the variant until it has handled every message and
+	// the broker has confirmed the last acknowledgement; it returns the
+	// number of handler calls.
+	consume(ctx context.Context, p *plan, v variant, n names, be *backend) (int, error)
+	// verifyEmpty fails when the queue or its dead-letter queue holds a
+	// message.
+	verifyEmpty(ctx context.Context, n names) error
+	// cleanup removes what the measurement left on the broker.
+	cleanup(ctx context.Context, n names) error
+}
+
+// counter counts handler calls and closes done at the target.
+type counter struct {
+	target int64
+	count  atomic.Int64
+	done   chan struct{}
+}
+
+func newCounter(target int) *counter {
+	return &counter{target: int64(target), done: make(chan struct{})}
+}
+
+// inc counts one handled message.
+func (c *counter) inc() {
+	if c.count.Add(1) == c.target {
+		close(c.done)
+	}
+}
+
+// handled returns the number of handler calls so far.
+func (c *counter) handled() int { return int(c.count.Load()) }
+
+// wait blocks until the target is reached, ctx ends or stop reports a
+// consumer that ended on its own.
+func (c *counter) wait(ctx context.Context, stopped <-chan error, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return nil
+	case err := <-stopped:
+		return fmt.Errorf("consumer stopped before handling every message: %v", err)
+	case <-t.C:
+		return fmt.Errorf("not every message was handled within %v", timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,308 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/go-stomp/stomp/v3"
+	"pgregory.net/rapid"
+)
+
+// services returns Options with every service the variants use, skipping
+// (failing under CI) when one is not configured.
+func services(t *testing.T) Options {
+	t.Helper()
+	return Options{
+		StompAddr:   testenv.Getenv(t, "MSGAUDIT_STOMP_ADDR", "ActiveMQ's STOMP listener"),
+		AMQPURL:     testenv.Getenv(t, "MSGAUDIT_AMQP_URL", "RabbitMQ"),
+		RedisURL:    testenv.Getenv(t, "MSGAUDIT_REDIS_URL", "Redis"),
+		PostgresURL: testenv.Getenv(t, "MSGAUDIT_POSTGRES_URL", "PostgreSQL"),
+	}
+}
+
+// TestE2E runs every variant once with 200 messages against the real
+// brokers and checks that each produced a sample and a row.
+func TestE2E(t *testing.T) {
+	o := services(t)
+	o.Messages, o.Rounds, o.Timeout, o.Dir = 200, 1, 30*time.Second, t.TempDir()
+	var progress bytes.Buffer
+	o.Progress = &progress
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if len(rep.Samples) != len(allVariants) {
+		t.Fatalf("%d samples, want one per variant (%d)", len(rep.Samples), len(allVariants))
+	}
+	for i, s := range rep.Samples {
+		v := allVariants[i]
+		if s.Broker != v.broker || s.Variant != v.name || s.Round != 1 || s.Messages != 200 || !(s.Rate > 0) || !(s.Seconds > 0) {
+			t.Errorf("sample %d = %+v, want variant %s, round 1, 200 messages, a positive rate", i, s, v.id())
+		}
+	}
+	var md bytes.Buffer
+	if err := rep.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if rows := strings.Count(md.String(), "\n| "); rows != len(allVariants)+1 {
+		t.Errorf("Markdown has %d table lines, want a header and %d rows:\n%s", rows, len(allVariants), md.String())
+	}
+	var js bytes.Buffer
+	if err := rep.JSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Rows) != len(allVariants) {
+		t.Errorf("JSON round trip: %v, %d rows, want %d", err, len(back.Rows), len(allVariants))
+	}
+}
+
+// TestVerifyEmptyCountsUnacknowledged checks that the verification after a
+// measurement sees messages left on a queue, delivered but unacknowledged
+// ones included, so a variant that loses an ack cannot pass, and that
+// cleanup removes them.
+func TestVerifyEmptyCountsUnacknowledged(t *testing.T) {
+	o := services(t)
+	p, err := newPlan(Options{StompAddr: o.StompAddr, AMQPURL: o.AMQPURL, Variants: []string{"bare"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	body := []byte("x")
+
+	t.Run("stomp", func(t *testing.T) {
+		b := &stompBroker{addr: o.StompAddr}
+		n := p.names(variant{STOMP, "verify", bare}, 1)
+		t.Cleanup(func() { // drains the queue if the test failed before it did
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := b.cleanup(cctx, n); err != nil {
+				t.Error(err)
+			}
+		})
+		if err := b.preload(ctx, n, 3, body); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.dial(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := c.Subscribe(queueDest(n), stomp.AckClientIndividual, stomp.SubscribeOpt.Header("activemq.prefetchSize", "1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-sub.C:
+		case <-ctx.Done():
+			t.Fatal("no delivery of the pre-loaded messages within the test's deadline")
+		}
+		err = b.verifyEmpty(ctx, n)
+		if err == nil || !strings.Contains(err.Error(), "holds 3") {
+			t.Errorf("verifyEmpty with 3 messages, one delivered and not acknowledged: %v, want \"holds 3\"", err)
+		}
+		// Leave them unacknowledged: cleanup must drain the queue.
+		if err := c.Disconnect(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.cleanup(ctx, n); err != nil {
+			t.Fatalf("cleanup: %v", err)
+		}
+		if err := b.verifyEmpty(ctx, n); err != nil {
+			t.Errorf("verifyEmpty after cleanup: %v", err)
+		}
+	})
+
+	t.Run("amqp", func(t *testing.T) {
+		b := &amqpBroker{url: o.AMQPURL}
+		n := p.names(variant{AMQP, "verify", bare}, 1)
+		t.Cleanup(func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := b.cleanup(cctx, n); err != nil {
+				t.Error(err)
+			}
+		})
+		if err := b.preload(ctx, n, 3, body); err != nil {
+			t.Fatal(err)
+		}
+		conn, ch, err := b.dial(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if err := ch.Qos(1, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := ch.Consume(n.queue, "", false, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ds:
+		case <-ctx.Done():
+			t.Fatal("no delivery of the pre-loaded messages within the test's deadline")
+		}
+		if err := b.verifyEmpty(ctx, n); err == nil {
+			t.Error("verifyEmpty passed with a consumer holding an unacknowledged delivery and 2 messages ready")
+		}
+		if err := conn.Close(); err != nil { // the held delivery goes back
+			t.Fatal(err)
+		}
+		err = b.verifyEmpty(ctx, n)
+		if err == nil || !strings.Contains(err.Error(), "holds 3") {
+			t.Errorf("verifyEmpty after the consumer closed: %v, want \"holds 3\"", err)
+		}
+	})
+}
+
+// TestNewPlan checks the option validation and the variant selection.
+func TestNewPlan(t *testing.T) {
+	all := Options{StompAddr: "s:1", AMQPURL: "amqp://a", RedisURL: "redis://r", PostgresURL: "postgres://p"}
+	with := func(f func(*Options)) Options { o := all; f(&o); return o }
+	tests := []struct {
+		name    string
+		o       Options
+		want    []string // variant ids; nil when an error is expected
+		wantErr string
+	}{
+		{"defaults: every variant", all, Variants(), ""},
+		{"bare name on both brokers, bare clients added", with(func(o *Options) { o.Variants = []string{"redis"} }),
+			[]string{"stomp/bare", "stomp/redis", "amqp/bare", "amqp/redis"}, ""},
+		{"one broker", with(func(o *Options) { o.Brokers = []string{AMQP}; o.Variants = []string{"audit", "stomp/memory"} }),
+			[]string{"amqp/bare", "amqp/audit"}, ""},
+		{"variant not on the chosen broker", with(func(o *Options) { o.Brokers = []string{AMQP}; o.Variants = []string{"memory"} }),
+			nil, "none of the variants"},
+		{"full name", with(func(o *Options) { o.Variants = []string{"amqp/inbox-sqlite"} }),
+			[]string{"amqp/bare", "amqp/inbox-sqlite"}, ""},
+		{"unknown variant", with(func(o *Options) { o.Variants = []string{"kafka"} }), nil, `unknown variant "kafka"`},
+		{"unknown broker", with(func(o *Options) { o.Brokers = []string{"mqtt"} }), nil, `unknown broker "mqtt"`},
+		{"negative messages", with(func(o *Options) { o.Messages = -1 }), nil, "Messages is -1"},
+		{"negative timeout", with(func(o *Options) { o.Timeout = -time.Second }), nil, "Timeout is -1s"},
+		{"missing Redis", with(func(o *Options) { o.RedisURL = "" }), nil, "stomp/redis needs RedisURL"},
+		{"missing Redis, not needed", with(func(o *Options) { o.RedisURL = ""; o.Variants = []string{"sqlite"}; o.Brokers = []string{STOMP} }),
+			[]string{"stomp/bare", "stomp/sqlite"}, ""},
+		{"missing broker", with(func(o *Options) { o.AMQPURL = "" }), nil, "amqp/bare needs AMQPURL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := newPlan(tt.o)
+			if tt.wantErr != "" {
+				if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("newPlan: %v, want ErrOptions containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, v := range p.variants {
+				got = append(got, v.id())
+			}
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Errorf("variants %q, want %q", got, tt.want)
+			}
+			if p.Messages != DefaultMessages || p.Rounds != DefaultRounds || p.Concurrency != DefaultConcurrency || p.Prefetch != DefaultPrefetch || p.Timeout != DefaultTimeout {
+				t.Errorf("defaults not filled in: %+v", p.Options)
+			}
+		})
+	}
+}
+
+// TestSummarize checks the rows: median and range over rounds, and the ratio
+// to the bare client of the same broker and round.
+func TestSummarize(t *testing.T) {
+	r := &Report{Samples: []Sample{
+		{Broker: STOMP, Variant: "bare", Round: 1, Rate: 1000, CPUMicros: 10},
+		{Broker: STOMP, Variant: "redis", Round: 1, Rate: 500, CPUMicros: 40},
+		{Broker: STOMP, Variant: "bare", Round: 2, Rate: 2000, CPUMicros: 12},
+		{Broker: STOMP, Variant: "redis", Round: 2, Rate: 600, CPUMicros: 30},
+		{Broker: STOMP, Variant: "bare", Round: 3, Rate: 1500, CPUMicros: 11},
+		{Broker: STOMP, Variant: "redis", Round: 3, Rate: 900, CPUMicros: 20},
+		{Broker: AMQP, Variant: "bare", Round: 1, Rate: 4000},
+		{Broker: AMQP, Variant: "redis", Round: 1, Rate: 1000},
+	}}
+	r.summarize()
+	want := []Row{
+		{STOMP, "bare", 3, 1500, 1000, 2000, 1, 11},
+		{STOMP, "redis", 3, 600, 500, 900, 0.5, 30}, // ratios 0.5, 0.3, 0.6
+		{AMQP, "bare", 1, 4000, 4000, 4000, 1, 0},
+		{AMQP, "redis", 1, 1000, 1000, 1000, 0.25, 0},
+	}
+	if len(r.Rows) != len(want) {
+		t.Fatalf("rows %+v, want %+v", r.Rows, want)
+	}
+	for i := range want {
+		if r.Rows[i] != want[i] {
+			t.Errorf("row %d = %+v, want %+v", i, r.Rows[i], want[i])
+		}
+	}
+}
+
+// TestMedianProperty checks median against its definition: at least half
+// the values are at most it and at least half at least it, and it lies
+// within their range.
+func TestMedianProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		xs := rapid.SliceOfN(rapid.Float64Range(0, 1e6), 1, 50).Draw(t, "xs")
+		m := median(xs)
+		var le, ge int
+		lo, hi := xs[0], xs[0]
+		for _, x := range xs {
+			if x <= m {
+				le++
+			}
+			if x >= m {
+				ge++
+			}
+			lo, hi = min(lo, x), max(hi, x)
+		}
+		if 2*le < len(xs) || 2*ge < len(xs) || m < lo || m > hi {
+			t.Fatalf("median(%v) = %v: %d at most, %d at least, range %v–%v", xs, m, le, ge, lo, hi)
+		}
+	})
+}
+
+// TestThousands checks the rate formatting of the table.
+func TestThousands(t *testing.T) {
+	for _, tt := range []struct {
+		in   float64
+		want string
+	}{{0, "0"}, {999.4, "999"}, {1000, "1,000"}, {7360, "7,360"}, {1234567.8, "1,234,568"}, {-4200, "-4,200"}} {
+		if got := thousands(tt.in); got != tt.want {
+			t.Errorf("thousands(%v) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestOrder checks that every round runs every variant once and that rounds
+// start at different variants.
+func TestOrder(t *testing.T) {
+	for _, rounds := range []int{1, 2, 3, 7, 20} {
+		p := &plan{Options: Options{Rounds: rounds}, variants: allVariants}
+		firsts := map[string]bool{}
+		for r := 1; r <= rounds; r++ {
+			got := p.order(r)
+			seen := map[string]int{}
+			for _, v := range got {
+				seen[v.id()]++
+			}
+			if len(got) != len(allVariants) || len(seen) != len(allVariants) {
+				t.Fatalf("rounds %d, round %d: order %v is not a permutation of the variants", rounds, r, got)
+			}
+			firsts[got[0].id()] = true
+		}
+		if want := min(rounds, len(allVariants)); len(firsts) != want {
+			t.Errorf("rounds %d: %d different first variants, want %d", rounds, len(firsts), want)
+		}
+	}
+}

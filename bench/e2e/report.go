@@ -1,0 +1,223 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is the result of Run: every sample and one summary row per
+// variant.
+type Report struct {
+	// Date is when the run started.
+	Date time.Time `json:"date"`
+	// The run's parameters.
+	Messages    int `json:"messages"`
+	Rounds      int `json:"rounds"`
+	BodyBytes   int `json:"body_bytes"`
+	Concurrency int `json:"concurrency"`
+	Prefetch    int `json:"prefetch"`
+	// The machine: logical CPUs, the CPU model (from /proc/cpuinfo, "" where
+	// unknown) and the Go version.
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpu_model"`
+	GoVersion string `json:"go_version"`
+	// Samples are the measurements in the order they ran.
+	Samples []Sample `json:"samples"`
+	// Rows summarise the samples per variant, in Variants order.
+	Rows []Row `json:"rows"`
+}
+
+// Row summarises one variant over the rounds.
+type Row struct {
+	Broker  string `json:"broker"`
+	Variant string `json:"variant"`
+	// Rounds is the number of samples summarised.
+	Rounds int `json:"rounds"`
+	// Median, Min and Max are msgs/s over the rounds.
+	Median float64 `json:"median_msgs_per_s"`
+	Min    float64 `json:"min_msgs_per_s"`
+	Max    float64 `json:"max_msgs_per_s"`
+	// Ratio is the median over the rounds of this variant's rate divided by
+	// the rate of the same broker's bare client in the same round (0 when
+	// no round has both).
+	Ratio float64 `json:"ratio_to_bare"`
+	// CPUMicros is the median client CPU time per message, µs.
+	CPUMicros float64 `json:"cpu_us_per_msg"`
+}
+
+func newReport(p *plan) *Report {
+	return &Report{
+		Date:        time.Now().UTC(),
+		Messages:    p.Messages,
+		Rounds:      p.Rounds,
+		BodyBytes:   p.BodyBytes,
+		Concurrency: p.Concurrency,
+		Prefetch:    p.Prefetch,
+		CPUs:        runtime.NumCPU(),
+		CPUModel:    cpuModel(),
+		GoVersion:   runtime.Version(),
+	}
+}
+
+// cpuModel reads the first "model name" of /proc/cpuinfo.
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count), 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// summarize fills Rows from Samples.
+func (r *Report) summarize() {
+	type key struct {
+		broker string
+		round  int
+	}
+	bareRate := map[key]float64{}
+	for _, s := range r.Samples {
+		if s.Variant == "bare" {
+			bareRate[key{s.Broker, s.Round}] = s.Rate
+		}
+	}
+	r.Rows = r.Rows[:0]
+	for _, v := range allVariants {
+		var rates, ratios, cpus []float64
+		for _, s := range r.Samples {
+			if s.Broker != v.broker || s.Variant != v.name {
+				continue
+			}
+			rates = append(rates, s.Rate)
+			cpus = append(cpus, s.CPUMicros)
+			if b := bareRate[key{s.Broker, s.Round}]; b > 0 {
+				ratios = append(ratios, s.Rate/b)
+			}
+		}
+		if len(rates) == 0 {
+			continue
+		}
+		r.Rows = append(r.Rows, Row{
+			Broker:    v.broker,
+			Variant:   v.name,
+			Rounds:    len(rates),
+			Median:    median(rates),
+			Min:       slices.Min(rates),
+			Max:       slices.Max(rates),
+			Ratio:     median(ratios),
+			CPUMicros: median(cpus),
+		})
+	}
+}
+
+// brokerTitle names a broker in the table.
+func brokerTitle(b string) string {
+	if b == STOMP {
+		return "ActiveMQ (STOMP)"
+	}
+	return "RabbitMQ (AMQP)"
+}
+
+// variantTitle describes a variant in the table.
+func variantTitle(b, v string) string {
+	switch v {
+	case "bare":
+		if b == STOMP {
+			return "bare go-stomp client, ack:client-individual"
+		}
+		return "bare amqp091-go client, manual ack"
+	case "audit":
+		return "msgaudit, audit only (no store)"
+	case "memory":
+		return "msgaudit, memory store"
+	case "redis":
+		return "msgaudit, Redis store"
+	case "postgres":
+		return "msgaudit, PostgreSQL store"
+	case "sqlite":
+		return "msgaudit, SQLite store"
+	case "inbox-sqlite":
+		return "msgaudit, inbox on SQLite"
+	case "inbox-postgres":
+		return "msgaudit, inbox on PostgreSQL"
+	}
+	return v
+}
+
+// Markdown writes the summary as a Markdown table, preceded by a line with
+// the parameters and the machine.
+func (r *Report) Markdown(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d persistent messages of %d bytes per variant and round, %d round(s) interleaved; msgaudit: Concurrency %d, Prefetch %d; bare clients: prefetch %d, one goroutine. %d CPUs (%s), %s, %s.\n\n",
+		r.Messages, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.Prefetch, r.CPUs, orUnknown(r.CPUModel), r.GoVersion, r.Date.Format("2006-01-02 15:04 MST"))
+	b.WriteString("| Broker | Variant | msgs/s (median) | min–max | × bare (median) | client CPU µs/msg |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|\n")
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s–%s | %.2f | %.1f |\n",
+			brokerTitle(row.Broker), variantTitle(row.Broker, row.Variant),
+			thousands(row.Median), thousands(row.Min), thousands(row.Max), row.Ratio, row.CPUMicros)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// JSON writes the whole report, samples included, as indented JSON.
+func (r *Report) JSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "CPU model unknown"
+	}
+	return s
+}
+
+// thousands formats a rate rounded to an integer with comma separators.
+func thousands(x float64) string {
+	s := fmt.Sprintf("%.0f", x)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var out []byte
+	for i := range len(s) {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	if neg {
+		return "-" + string(out)
+	}
+	return string(out)
+}

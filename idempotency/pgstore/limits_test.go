@@ -1,0 +1,68 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/pgstore"
+)
+
+// TestPostgresOptionBounds: the PostgreSQL store refuses, when it is
+// built, a MaxKeyLength above what its primary key index can hold.
+func TestPostgresOptionBounds(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		open func() error
+		ok   bool
+	}{
+		{"postgres MaxKeyLength at the bound", func() error {
+			_, err := pgstore.New(ctx, &pgxpool.Pool{}, "t", idempotency.Options{MaxKeyLength: pgstore.MaxPostgresKeyLength})
+			return err
+		}, true},
+		{"postgres MaxKeyLength 10 KB", func() error {
+			_, err := pgstore.New(ctx, &pgxpool.Pool{}, "t", idempotency.Options{MaxKeyLength: 10_000})
+			return err
+		}, false},
+	}
+	for _, c := range cases {
+		err := c.open()
+		if c.ok != (err == nil) || (err != nil && !errors.Is(err, idempotency.ErrOptions)) {
+			t.Errorf("%s: %v, want ok=%v (or ErrOptions)", c.name, err, c.ok)
+		}
+	}
+}
+
+// TestPostgresLongestVerbatimKey stores keys of MaxPostgresKeyLength bytes
+// verbatim (random letters, which compress badly) and a 10 KB key, which is
+// hashed: both claim and confirm, so the bound fits the primary key index.
+func TestPostgresLongestVerbatimKey(t *testing.T) {
+	t.Parallel()
+	p, _, _ := newPostgresTestStore(t, idempotency.Options{MaxKeyLength: pgstore.MaxPostgresKeyLength}, nil, 2)
+	ctx := context.Background()
+	letters := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte('!' + rand.IntN(94))
+		}
+		return string(b)
+	}
+	for _, id := range []string{letters(pgstore.MaxPostgresKeyLength - len("ns/")), letters(10_000)} {
+		k := idempotency.Key{Namespace: "ns", ID: id}
+		c, ok, err := p.Claim(ctx, k)
+		if err != nil || !ok {
+			t.Fatalf("Claim of a %d-byte key: %v, %v", len(id), ok, err)
+		}
+		if err := p.Confirm(ctx, c); err != nil {
+			t.Fatalf("Confirm of a %d-byte key: %v", len(id), err)
+		}
+		if ok, err := p.IsConfirmed(ctx, k); err != nil || !ok {
+			t.Fatalf("IsConfirmed of a %d-byte key: %v, %v", len(id), ok, err)
+		}
+	}
+}

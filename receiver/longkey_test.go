@@ -1,0 +1,156 @@
+package receiver_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/receiver"
+)
+
+// longKey is a distinct key of n bytes.
+func longKey(i, n int) string {
+	p := fmt.Sprintf("key-%d:", i)
+	return p + strings.Repeat("x", n-len(p))
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// lockedBuffer is a log sink safe for the receiver's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}
+
+// TestLongKeysBounded processes 200 deliveries with distinct 1 MiB keys,
+// with the zero Config (table only), with a connection audit (which
+// rejects such ids) and a store (the rejection becomes an unchecked
+// bypass), and with the audit alone (they are dead-lettered). The
+// completed table, the failure counts and every log line must not keep the
+// keys: at most 4 MiB of heap stays after the deliveries (200 MiB did
+// before keys were hashed), and no log line exceeds 2 KiB.
+func TestLongKeysBounded(t *testing.T) {
+	const (
+		n         = 200
+		keyLen    = 1 << 20
+		heapBound = 4 << 20
+		lineBound = 2 << 10
+	)
+	cases := []struct {
+		name    string
+		cfg     func(t *testing.T) receiver.Config
+		handler func(context.Context, *receiver.Message) error
+		want    receiver.Action
+	}{
+		{"zero config", func(*testing.T) receiver.Config { return receiver.Config{} }, nil, receiver.Ack},
+		{"audit and store", func(t *testing.T) receiver.Config {
+			a, err := connaudit.New(connaudit.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return receiver.Config{Audit: receiver.ConnAudit(a), Store: idempotency.NewMemory(idempotency.Options{})}
+		}, nil, receiver.Ack},
+		{"audit alone", func(t *testing.T) receiver.Config {
+			a, err := connaudit.New(connaudit.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return receiver.Config{Audit: receiver.ConnAudit(a)}
+		}, nil, receiver.DeadLetter},
+		{"failing handler", func(*testing.T) receiver.Config { return receiver.Config{MaxAttempts: 2} },
+			func(context.Context, *receiver.Message) error { return errors.New("handler failed") }, receiver.Requeue},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var logs lockedBuffer
+			cfg := c.cfg(t)
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			cfg.Duplicates = receiver.DuplicateDeadLetter
+			r, err := receiver.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := c.handler
+			if h == nil {
+				h = func(context.Context, *receiver.Message) error { return nil }
+			}
+			before := heapInUse()
+			for i := range n {
+				m := &receiver.Message{Key: longKey(i, keyLen), Destination: queue}
+				if res := r.Process(context.Background(), m, h); res.Action != c.want {
+					t.Fatalf("delivery %d: %v (%s, %v), want %v", i, res.Action, res.Reason, res.Err, c.want)
+				}
+			}
+			// A redelivery of the first key is still known (a duplicate
+			// when it completed), so hashing did not lose it.
+			m := &receiver.Message{Key: longKey(0, keyLen), Destination: queue}
+			res := r.Process(context.Background(), m, h)
+			if c.want == receiver.Ack && (!res.Duplicate || res.Action != receiver.DeadLetter) {
+				t.Fatalf("redelivery of a completed long key: %+v, want a dead-lettered duplicate", res)
+			}
+			after := heapInUse()
+			runtime.KeepAlive(r)
+			if after > before && after-before > heapBound {
+				t.Errorf("%d deliveries of %d-byte keys kept %d bytes of heap, bound %d", n+1, keyLen, after-before, heapBound)
+			}
+			lines := logs.lines()
+			if c.want != receiver.Ack && len(lines) == 0 {
+				t.Fatal("nothing logged")
+			}
+			for _, l := range lines {
+				if len(l) > lineBound {
+					t.Fatalf("a %d-byte log line (bound %d): %.200s...", len(l), lineBound, l)
+				}
+			}
+			t.Logf("heap +%d bytes, %d log lines", int64(after)-int64(before), len(lines))
+		})
+	}
+}
+
+// TestLogKey checks LogKey's documented forms.
+func TestLogKey(t *testing.T) {
+	short := strings.Repeat("a", receiver.MaxKeyBytes)
+	if got := receiver.LogKey(short); got != short {
+		t.Fatalf("a %d-byte key logged as %q", len(short), got)
+	}
+	long := strings.Repeat("é", receiver.MaxKeyBytes) // 2 bytes each
+	got := receiver.LogKey(long + "z")
+	if !strings.HasPrefix(got, strings.Repeat("é", 32)+"...(513 bytes, sha256 ") || len(got) > 200 {
+		t.Fatalf("long key logged as %q", got)
+	}
+	if receiver.LogKey(long+"y") == got {
+		t.Fatal("two long keys logged alike")
+	}
+}
