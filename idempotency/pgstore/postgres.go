@@ -15,6 +15,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/storeconn"
 )
 
 // DefaultPostgresTable is the table of a PostgreSQL store opened by URL
@@ -294,9 +295,9 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 			return nil, fmt.Errorf("idempotency: postgres: %w", err)
 		}
 	}
-	clean, table, found, err := cutQueryParam(rawURL, postgresTableParam)
+	clean, table, found, err := storeconn.CutQueryParam(rawURL, postgresTableParam)
 	if err != nil {
-		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, err), rawURL)
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, err), rawURL)
 	}
 	if !found {
 		table = DefaultPostgresTable
@@ -308,12 +309,12 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 	}
 	cfg, err := pgxpool.ParseConfig(clean)
 	if err != nil {
-		return nil, redactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, pgParseError(err)), rawURL)
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, pgParseError(err)), rawURL)
 	}
 	logPostgresTLS(ctx, o.Logger, &cfg.ConnConfig.Config, red)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, redactError(fmt.Errorf("idempotency: postgres %s: %w", red, err), rawURL)
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres %s: %w", red, err), rawURL)
 	}
 	p, err := New(ctx, pool, table, o)
 	if err != nil {
@@ -323,10 +324,10 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 	p.ownsPool = true
 	if err := p.migrate(ctx); err != nil {
 		pool.Close()
-		if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+		if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 			err = fmt.Errorf("%w (%v)", ctxErr, err)
 		}
-		return nil, redactError(fmt.Errorf("idempotency: postgres %s: migrate: %w", red, err), rawURL)
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres %s: migrate: %w", red, err), rawURL)
 	}
 	return p, nil
 }
@@ -339,7 +340,7 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 func pgParseError(err error) error {
 	var pe *pgconn.ParseConfigError
 	if !errors.As(err, &pe) {
-		return unwrapURLError(err)
+		return storeconn.UnwrapURLError(err)
 	}
 	msg := pe.Error()
 	reason := "cannot parse"
@@ -588,7 +589,7 @@ func (p *Store) storageKey(key idempotency.Key) (string, error) {
 // opError wraps a pgx error. When ctx ended, the context's error is the
 // cause so callers can match it with errors.Is.
 func (p *Store) opError(ctx context.Context, op string, err error) error {
-	if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+	if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("idempotency: postgres %s: %w (%v)", op, ctxErr, err)
 	}
 	return fmt.Errorf("idempotency: postgres %s: %w", op, err)

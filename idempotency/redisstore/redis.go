@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/storeconn"
 )
 
 // Values stored under a Redis key. A claim is "h:" followed by the owner
@@ -185,14 +184,14 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 	}
 	clean, prefix, err := splitRedisURL(rawURL)
 	if err != nil {
-		return nil, redactError(fmt.Errorf("idempotency: redis URL %s: %w", red, err), rawURL)
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: redis URL %s: %w", red, err), rawURL)
 	}
 	if prefix == "" {
 		return nil, fmt.Errorf("%w: redis URL %s: empty %s", idempotency.ErrOptions, red, redisPrefixParam)
 	}
 	opt, err := redis.ParseURL(clean)
 	if err != nil {
-		return nil, redactError(fmt.Errorf("idempotency: redis URL %s: %w", red, unwrapURLError(err)), rawURL)
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: redis URL %s: %w", red, storeconn.UnwrapURLError(err)), rawURL)
 	}
 	if tlsConfig != nil {
 		c := tlsConfig.Clone()
@@ -210,10 +209,10 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 	client := redis.NewClient(opt)
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+		if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 			err = fmt.Errorf("%w (%v)", ctxErr, err)
 		}
-		return nil, redactError(fmt.Errorf("idempotency: redis %s: ping: %w", red, err), rawURL)
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: redis %s: ping: %w", red, err), rawURL)
 	}
 	s, err := New(client, prefix, o)
 	if err != nil {
@@ -237,7 +236,7 @@ func openRedisURL(ctx context.Context, rawURL string, o idempotency.Options) (id
 // returns the remaining URL and the prefix. Only the query text is rewritten,
 // so the rest of the URL reaches go-redis unchanged.
 func splitRedisURL(rawURL string) (clean, prefix string, err error) {
-	clean, prefix, found, err := cutQueryParam(rawURL, redisPrefixParam)
+	clean, prefix, found, err := storeconn.CutQueryParam(rawURL, redisPrefixParam)
 	if err != nil {
 		return "", "", err
 	}
@@ -399,25 +398,10 @@ func (s *Store) storageKey(key idempotency.Key) (string, error) {
 // opError wraps a client error. When ctx ended, the context's error is
 // returned as the cause so callers can match it with errors.Is.
 func (s *Store) opError(ctx context.Context, op string, err error) error {
-	if ctxErr := ctxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+	if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("idempotency: redis %s: %w (%v)", op, ctxErr, err)
 	}
 	return fmt.Errorf("idempotency: redis %s: %w", op, err)
-}
-
-// ctxDone returns ctx's error, or context.DeadlineExceeded when ctx's
-// deadline has passed but its timer has not fired yet: a client that sets
-// the deadline on the socket can see its I/O time out a moment before
-// ctx.Err() turns non-nil, and the caller should still learn that its
-// deadline, not the server, ended the call.
-func ctxDone(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }
 
 // durationMS converts d to whole milliseconds for PX and PEXPIRE, rounding
@@ -428,53 +412,4 @@ func durationMS(d time.Duration) int64 {
 		ms = 1
 	}
 	return ms
-}
-
-// cutQueryParam removes every occurrence of the query parameter name from
-// rawURL and returns the rest of the URL byte for byte, the parameter's last
-// value and whether it was present. Only the query text is re-encoded.
-func cutQueryParam(rawURL, name string) (clean, value string, found bool, err error) {
-	base, rest, hasQuery := strings.Cut(rawURL, "?")
-	if !hasQuery {
-		return rawURL, "", false, nil
-	}
-	query, fragment, hasFragment := strings.Cut(rest, "#")
-	vals, err := url.ParseQuery(query)
-	if err != nil {
-		return "", "", false, fmt.Errorf("query: %w", err)
-	}
-	if v, ok := vals[name]; ok {
-		found = true
-		value = v[len(v)-1]
-		vals.Del(name)
-	}
-	if !found {
-		return rawURL, "", false, nil
-	}
-	clean = base
-	if enc := vals.Encode(); enc != "" {
-		clean += "?" + enc
-	}
-	if hasFragment {
-		clean += "#" + fragment
-	}
-	return clean, value, true, nil
-}
-
-// unwrapURLError drops the *url.Error layer of err, whose message quotes the
-// whole URL, password included, and keeps its cause.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
-
-// redactError returns err with every secret of rawURL replaced (the
-// userinfo password and the values of secret query parameters, each raw and
-// URL-escaped; see redact.URLSecrets), so no error built from a connection
-// attempt can print them. Unwrap still reaches err.
-func redactError(err error, rawURL string) error {
-	return redact.New(redact.URLSecrets(rawURL)...).Error(err)
 }

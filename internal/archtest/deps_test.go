@@ -51,6 +51,7 @@ var layers = map[string]float64{
 	"internal/inboxsql": 3.5, "inbox": 4,
 	// Backends: one driver each, never each other.
 	"internal/metaurl":        4.5,
+	"internal/storeconn":      4.5,
 	"idempotency/sqlitestore": 5, "idempotency/redisstore": 5, "idempotency/pgstore": 5,
 	"metadata/sqlitemeta": 5, "metadata/redismeta": 5, "metadata/pgmeta": 5,
 	"inbox/pgxinbox": 5,

@@ -1,4 +1,8 @@
-package pgstore
+// Package storeconn holds what the network-backed idempotency stores
+// (idempotency/pgstore, idempotency/redisstore) share about their
+// connections: a context check that notices a passed deadline before its
+// timer fires, and the URL handling that keeps passwords out of errors.
+package storeconn
 
 import (
 	"context"
@@ -11,12 +15,12 @@ import (
 	"github.com/acemq/msgaudit/internal/redact"
 )
 
-// ctxDone returns ctx's error, or context.DeadlineExceeded when ctx's
+// CtxDone returns ctx's error, or context.DeadlineExceeded when ctx's
 // deadline has passed but its timer has not fired yet: a client that sets
 // the deadline on the socket can see its I/O time out a moment before
 // ctx.Err() turns non-nil, and the caller should still learn that its
 // deadline, not the server, ended the call.
-func ctxDone(ctx context.Context) error {
+func CtxDone(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -26,10 +30,10 @@ func ctxDone(ctx context.Context) error {
 	return nil
 }
 
-// cutQueryParam removes every occurrence of the query parameter name from
+// CutQueryParam removes every occurrence of the query parameter name from
 // rawURL and returns the rest of the URL byte for byte, the parameter's last
 // value and whether it was present. Only the query text is re-encoded.
-func cutQueryParam(rawURL, name string) (clean, value string, found bool, err error) {
+func CutQueryParam(rawURL, name string) (clean, value string, found bool, err error) {
 	base, rest, hasQuery := strings.Cut(rawURL, "?")
 	if !hasQuery {
 		return rawURL, "", false, nil
@@ -57,9 +61,9 @@ func cutQueryParam(rawURL, name string) (clean, value string, found bool, err er
 	return clean, value, true, nil
 }
 
-// unwrapURLError drops the *url.Error layer of err, whose message quotes the
+// UnwrapURLError drops the *url.Error layer of err, whose message quotes the
 // whole URL, password included, and keeps its cause.
-func unwrapURLError(err error) error {
+func UnwrapURLError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err
@@ -67,10 +71,10 @@ func unwrapURLError(err error) error {
 	return err
 }
 
-// redactError returns err with every secret of rawURL replaced (the
+// RedactError returns err with every secret of rawURL replaced (the
 // userinfo password and the values of secret query parameters, each raw and
 // URL-escaped; see redact.URLSecrets), so no error built from a connection
 // attempt can print them. Unwrap still reaches err.
-func redactError(err error, rawURL string) error {
+func RedactError(err error, rawURL string) error {
 	return redact.New(redact.URLSecrets(rawURL)...).Error(err)
 }
