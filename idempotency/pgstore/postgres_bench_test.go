@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/acemq/msgaudit/internal/storetestkit"
+
 	"github.com/acemq/msgaudit/idempotency"
 )
 
@@ -17,7 +19,7 @@ func BenchmarkPostgresTryClaimConfirm(b *testing.B) {
 			var tr pgCounter
 			tr.noSQL = true
 			s, _, _ := newPostgresTestStore(b, idempotency.Options{}, &tr, 16)
-			remoteBenchPairs(b, s, g, func() int64 { return tr.queries.Load() + tr.prepares.Load() })
+			storetestkit.BenchPairs(b, s, g, func() int64 { return tr.queries.Load() + tr.prepares.Load() })
 		})
 	}
 }
@@ -28,5 +30,5 @@ func BenchmarkPostgresTryClaimDuplicate(b *testing.B) {
 	var tr pgCounter
 	tr.noSQL = true
 	s, _, _ := newPostgresTestStore(b, idempotency.Options{}, &tr, 1)
-	remoteBenchDuplicate(b, s, func() int64 { return tr.queries.Load() + tr.prepares.Load() })
+	storetestkit.BenchDuplicate(b, s, func() int64 { return tr.queries.Load() + tr.prepares.Load() })
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/storetestkit"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -77,7 +79,7 @@ func postgresTestPool(t testing.TB, tracer pgx.QueryTracer, maxConns int32) (*pg
 	if err != nil {
 		t.Fatalf("pgxpool: %v", err)
 	}
-	table := "msgaudit_test_" + remoteTestHex(8)
+	table := "msgaudit_test_" + storetestkit.Hex(8)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -123,14 +125,14 @@ func TestPostgresConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := pgstore.Open(testwait.Context(t, time.Minute), withQuery(raw, "msgaudit_table="+table.(string)), o)
+			s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table.(string)), o)
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
 			return s
 		},
 		Unreachable: func(t *testing.T, o idempotency.Options) idempotency.Store {
-			pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+remoteClosedAddr(t)+"/test?sslmode=disable&connect_timeout=5")
+			pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+storetestkit.ClosedAddr(t)+"/test?sslmode=disable&connect_timeout=5")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -538,7 +540,7 @@ func TestPostgresURL(t *testing.T) {
 
 	// The scheme is case-insensitive, as URL schemes are, also through Open.
 	upper := "POSTGRES" + raw[strings.Index(raw, "://"):]
-	s2, err := idempotency.Open(ctx, withQuery(upper, "msgaudit_table="+table), idempotency.Options{})
+	s2, err := idempotency.Open(ctx, storetestkit.WithQuery(upper, "msgaudit_table="+table), idempotency.Options{})
 	if err != nil {
 		t.Fatalf("upper-case scheme: %v", err)
 	}
@@ -558,7 +560,7 @@ func TestPostgresUnreachable(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	addr := remoteClosedAddr(t)
+	addr := storetestkit.ClosedAddr(t)
 	pool, err := pgxpool.New(ctx, "postgres://postgres@"+addr+"/test?sslmode=disable&connect_timeout=5")
 	if err != nil {
 		t.Fatal(err)
@@ -604,13 +606,13 @@ func TestPostgresRedaction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const pw = "Sup3rSecretPW"
-	addr := remoteClosedAddr(t)
+	addr := storetestkit.ClosedAddr(t)
 	u, err := url.Parse(postgresTestURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A role that does not exist, with a password: the server refuses it.
-	u.User = url.UserPassword("msgaudit_no_such_role_"+remoteTestHex(4), pw)
+	u.User = url.UserPassword("msgaudit_no_such_role_"+storetestkit.Hex(4), pw)
 	wrongUser := u.String()
 	cases := []struct{ name, url string }{
 		{"closed port", "postgres://postgres:" + pw + "@" + addr + "/test?sslmode=disable"},
@@ -707,8 +709,8 @@ func TestPostgresTLS(t *testing.T) {
 	}
 	_ = s.Close()
 
-	other := newTestPKI(t)
-	_, err = pgstore.Open(ctx, with("verify-ca", other.caFile), idempotency.Options{})
+	other := storetestkit.NewPKI(t)
+	_, err = pgstore.Open(ctx, with("verify-ca", other.CAFile), idempotency.Options{})
 	if err == nil {
 		t.Fatal("verify-ca with a foreign CA succeeded")
 	}
@@ -749,7 +751,7 @@ func ExampleNew() {
 // context.DeadlineExceeded, never a verdict; OpenPostgresURL likewise.
 func TestPostgresHungServer(t *testing.T) {
 	t.Parallel()
-	addr := silentServer(t)
+	addr := storetestkit.SilentServer(t)
 	pool, err := pgxpool.New(context.Background(), "postgres://postgres@"+addr+"/test?sslmode=disable")
 	if err != nil {
 		t.Fatal(err)

@@ -3,29 +3,21 @@ package redisstore_test
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
-	"math/big"
 	"net"
 	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/acemq/msgaudit/internal/storetestkit"
 
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
@@ -45,13 +37,6 @@ func redisTestURL(t testing.TB) string {
 	return testenv.Getenv(t, "MSGAUDIT_REDIS_URL", "the Redis store tests need a server")
 }
 
-// remoteTestHex returns n random bytes as hex, for test prefixes and names.
-func remoteTestHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // redisTestClient connects to MSGAUDIT_REDIS_URL and returns the client and
 // a fresh key prefix. At cleanup every key under the prefix is deleted
 // (SCAN + DEL) and the client closed.
@@ -62,7 +47,7 @@ func redisTestClient(t testing.TB) (*redis.Client, string) {
 		t.Fatalf("MSGAUDIT_REDIS_URL: %v", err)
 	}
 	client := redis.NewClient(opt)
-	prefix := "msgaudit-test:" + remoteTestHex(8) + ":"
+	prefix := "msgaudit-test:" + storetestkit.Hex(8) + ":"
 	t.Cleanup(func() {
 		redisDeletePrefix(t, client, prefix)
 		_ = client.Close()
@@ -110,19 +95,6 @@ func newRedisTestStore(t testing.TB, o idempotency.Options) (*redisstore.Store, 
 	return s, client, prefix
 }
 
-// remoteClosedAddr returns a loopback address nothing listens on: a port that was
-// just bound and released.
-func remoteClosedAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // redisCounter is a go-redis hook that counts the commands (round trips)
 // sent, pipelines counted once.
 type redisCounter struct{ n atomic.Int64 }
@@ -160,14 +132,14 @@ func TestRedisConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := redisstore.Open(testwait.Context(t, time.Minute), withQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
+			s, err := redisstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
 			return s
 		},
 		Unreachable: func(t *testing.T, o idempotency.Options) idempotency.Store {
-			client := redis.NewClient(&redis.Options{Addr: remoteClosedAddr(t), MaxRetries: -1, DialerRetries: 1})
+			client := redis.NewClient(&redis.Options{Addr: storetestkit.ClosedAddr(t), MaxRetries: -1, DialerRetries: 1})
 			t.Cleanup(func() { _ = client.Close() })
 			s, err := redisstore.New(client, "p:", o)
 			if err != nil {
@@ -176,14 +148,6 @@ func TestRedisConformance(t *testing.T) {
 			return s
 		},
 	})
-}
-
-// withQuery appends a query parameter to rawURL.
-func withQuery(rawURL, param string) string {
-	if strings.Contains(rawURL, "?") {
-		return rawURL + "&" + param
-	}
-	return rawURL + "?" + param
 }
 
 func TestRedisRoundTrips(t *testing.T) {
@@ -370,7 +334,7 @@ func TestRedisUnreachable(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	addr := remoteClosedAddr(t)
+	addr := storetestkit.ClosedAddr(t)
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
 	defer client.Close()
 	s, err := redisstore.New(client, "p:", idempotency.Options{})
@@ -409,7 +373,7 @@ func TestRedisRedaction(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const pw = "Sup3rSecretPW"
-	addr := remoteClosedAddr(t)
+	addr := storetestkit.ClosedAddr(t)
 	cases := []struct{ name, url string }{
 		{"closed port", "redis://:" + pw + "@" + addr + "/0?max_retries=-1"},
 		{"closed port with ACL user", "redis://alice:" + pw + "@" + addr + "/0?max_retries=-1"},
@@ -483,7 +447,7 @@ func redisServerBinary(t testing.TB) string {
 func startRedisServer(t testing.TB, tlsOnly bool, args ...string) string {
 	t.Helper()
 	bin := redisServerBinary(t)
-	addr := remoteClosedAddr(t)
+	addr := storetestkit.ClosedAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
 	ports := []string{"--port", port}
 	if tlsOnly {
@@ -536,14 +500,14 @@ func startRedisServer(t testing.TB, tlsOnly bool, args ...string) string {
 // user) gives a working store.
 func TestRedisRequirePass(t *testing.T) {
 	t.Parallel()
-	pass := "pw-" + remoteTestHex(12)
-	alicePass := "alice-" + remoteTestHex(12)
+	pass := "pw-" + storetestkit.Hex(12)
+	alicePass := "alice-" + storetestkit.Hex(12)
 	addr := startRedisServer(t, false, "--requirepass", pass,
 		"--user", "alice", "on", ">"+alicePass, "~*", "+@all")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	wrong := "wrong-" + remoteTestHex(12)
+	wrong := "wrong-" + storetestkit.Hex(12)
 	bad := []struct{ name, url, secret, want string }{
 		{"no password", "redis://" + addr + "/0", "", "NOAUTH"},
 		{"wrong password", "redis://:" + wrong + "@" + addr + "/0", wrong, "WRONGPASS"},
@@ -591,85 +555,6 @@ func TestRedisRequirePass(t *testing.T) {
 	}
 }
 
-// testPKI is a throwaway certificate authority with a server certificate for
-// 127.0.0.1 and a client certificate, as PEM files in a temporary directory.
-type testPKI struct {
-	caFile, certFile, keyFile string
-	roots                     *x509.CertPool
-	client                    tls.Certificate
-}
-
-func newTestPKI(t testing.TB) *testPKI {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "msgaudit test CA " + remoteTestHex(4)},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(serial int64, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: "localhost"},
-			NotBefore:    now.Add(-time.Hour),
-			NotAfter:     now.Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-			DNSNames:     []string{"localhost"},
-			IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, key
-	}
-	writePEM := func(name, typ string, der []byte) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	keyDER := func(k *ecdsa.PrivateKey) []byte {
-		der, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der
-	}
-	p := &testPKI{roots: x509.NewCertPool()}
-	p.roots.AddCert(caCert)
-	p.caFile = writePEM("ca.pem", "CERTIFICATE", caDER)
-	srvDER, srvKey := issue(2, x509.ExtKeyUsageServerAuth)
-	p.certFile = writePEM("server.pem", "CERTIFICATE", srvDER)
-	p.keyFile = writePEM("server-key.pem", "EC PRIVATE KEY", keyDER(srvKey))
-	cliDER, cliKey := issue(3, x509.ExtKeyUsageClientAuth)
-	p.client = tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
-	return p
-}
-
 // TestRedisTLS: a TLS-only redis-server that requires a password
 // and a client certificate. rediss:// with the right CA, client certificate
 // and password works (and a custom tls.Config turns TLS on even for
@@ -677,17 +562,17 @@ func newTestPKI(t testing.TB) *testPKI {
 // a wrong password each fail at open with a clear, redacted error.
 func TestRedisTLS(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
-	pass := "pw-" + remoteTestHex(12)
+	pki := storetestkit.NewPKI(t)
+	pass := "pw-" + storetestkit.Hex(12)
 	addr := startRedisServer(t, true, "--requirepass", pass,
-		"--tls-cert-file", pki.certFile, "--tls-key-file", pki.keyFile,
-		"--tls-ca-cert-file", pki.caFile, "--tls-auth-clients", "yes")
+		"--tls-cert-file", pki.CertFile, "--tls-key-file", pki.KeyFile,
+		"--tls-ca-cert-file", pki.CAFile, "--tls-auth-clients", "yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	good := &tls.Config{RootCAs: pki.roots, Certificates: []tls.Certificate{pki.client}, MinVersion: tls.VersionTLS12}
-	wrongCA := &tls.Config{RootCAs: newTestPKI(t).roots, Certificates: []tls.Certificate{pki.client}, MinVersion: tls.VersionTLS12}
-	noClientCert := &tls.Config{RootCAs: pki.roots, MinVersion: tls.VersionTLS12}
-	wrong := "wrong-" + remoteTestHex(12)
+	good := &tls.Config{RootCAs: pki.Roots, Certificates: []tls.Certificate{pki.Client}, MinVersion: tls.VersionTLS12}
+	wrongCA := &tls.Config{RootCAs: storetestkit.NewPKI(t).Roots, Certificates: []tls.Certificate{pki.Client}, MinVersion: tls.VersionTLS12}
+	noClientCert := &tls.Config{RootCAs: pki.Roots, MinVersion: tls.VersionTLS12}
+	wrong := "wrong-" + storetestkit.Hex(12)
 	base := "rediss://:" + pass + "@" + addr + "/0?max_retries=-1"
 	cases := []struct {
 		name, url string
@@ -723,7 +608,7 @@ func TestRedisTLS(t *testing.T) {
 				t.Fatalf("open: %v", err)
 			}
 			defer s.Close()
-			key := idempotency.Key{Namespace: "tls", ID: remoteTestHex(4)}
+			key := idempotency.Key{Namespace: "tls", ID: storetestkit.Hex(4)}
 			out, c, err := s.TryClaim(ctx, key)
 			if err != nil || out != idempotency.Claimed {
 				t.Fatalf("TryClaim = %v, %v", out, err)
@@ -780,60 +665,12 @@ func ExampleOpen() {
 	defer store.Close() // closes the connection it opened
 }
 
-// silentServer accepts connections on a loopback port and never answers:
-// the shape of a hung server. It returns the address.
-func silentServer(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu     sync.Mutex
-		conns  []net.Conn
-		closed bool // set at cleanup: a connection accepted later is closed at once
-		wg     sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			if closed {
-				_ = c.Close()
-			}
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		closed = true
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		testwait.Group(t, &wg, testwait.Long, "the end of the silent server's accept loop and readers after its listener and connections closed")
-	})
-	return l.Addr().String()
-}
-
 // TestRedisHungServer: against a server that never answers, a context
 // deadline ends every operation with an error that matches
 // context.DeadlineExceeded, never a verdict; NewRedisURL likewise.
 func TestRedisHungServer(t *testing.T) {
 	t.Parallel()
-	addr := silentServer(t)
+	addr := storetestkit.SilentServer(t)
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redisstore.New(client, "p:", idempotency.Options{})
@@ -872,7 +709,7 @@ func TestRedisHungServer(t *testing.T) {
 func TestRedactionProperty(t *testing.T) {
 	t.Parallel()
 	ctx := testwait.Context(t, time.Minute)
-	addr := remoteClosedAddr(t)
+	addr := storetestkit.ClosedAddr(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		// A marker on both ends makes the password unmistakable in error
 		// text; the middle is any printable ASCII, specials included.

@@ -1,8 +1,8 @@
-package pgstore_test
-
-// Test helpers shared with the Redis store's tests (a closed port, random
-// names, a throwaway PKI, the remote-store benchmarks), copied here so each
-// backend's tests build on their own.
+// Package storetestkit holds the test helpers the PostgreSQL and Redis
+// stores' tests share: random names, a closed port, a server that accepts
+// and never answers, a throwaway PKI, and the remote-store benchmarks.
+// Only tests import it.
+package storetestkit
 
 import (
 	"context"
@@ -28,18 +28,19 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/testwait"
 )
 
-// remoteTestHex returns n random bytes as hex, for test prefixes and names.
-func remoteTestHex(n int) string {
+// Hex returns n random bytes as hex, for test prefixes and names.
+func Hex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-// remoteClosedAddr returns a loopback address nothing listens on: a port that was
+// ClosedAddr returns a loopback address nothing listens on: a port that was
 // just bound and released.
-func remoteClosedAddr(t testing.TB) string {
+func ClosedAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,23 +51,23 @@ func remoteClosedAddr(t testing.TB) string {
 	return addr
 }
 
-// withQuery appends a query parameter to rawURL.
-func withQuery(rawURL, param string) string {
+// WithQuery appends a query parameter to rawURL.
+func WithQuery(rawURL, param string) string {
 	if strings.Contains(rawURL, "?") {
 		return rawURL + "&" + param
 	}
 	return rawURL + "?" + param
 }
 
-// testPKI is a throwaway certificate authority with a server certificate for
+// PKI is a throwaway certificate authority with a server certificate for
 // 127.0.0.1 and a client certificate, as PEM files in a temporary directory.
-type testPKI struct {
-	caFile, certFile, keyFile string
-	roots                     *x509.CertPool
-	client                    tls.Certificate
+type PKI struct {
+	CAFile, CertFile, KeyFile string
+	Roots                     *x509.CertPool
+	Client                    tls.Certificate
 }
 
-func newTestPKI(t testing.TB) *testPKI {
+func NewPKI(t testing.TB) *PKI {
 	t.Helper()
 	dir := t.TempDir()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -76,7 +77,7 @@ func newTestPKI(t testing.TB) *testPKI {
 	now := time.Now()
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "msgaudit test CA " + remoteTestHex(4)},
+		Subject:               pkix.Name{CommonName: "msgaudit test CA " + Hex(4)},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
 		IsCA:                  true,
@@ -126,22 +127,70 @@ func newTestPKI(t testing.TB) *testPKI {
 		}
 		return der
 	}
-	p := &testPKI{roots: x509.NewCertPool()}
-	p.roots.AddCert(caCert)
-	p.caFile = writePEM("ca.pem", "CERTIFICATE", caDER)
+	p := &PKI{Roots: x509.NewCertPool()}
+	p.Roots.AddCert(caCert)
+	p.CAFile = writePEM("ca.pem", "CERTIFICATE", caDER)
 	srvDER, srvKey := issue(2, x509.ExtKeyUsageServerAuth)
-	p.certFile = writePEM("server.pem", "CERTIFICATE", srvDER)
-	p.keyFile = writePEM("server-key.pem", "EC PRIVATE KEY", keyDER(srvKey))
+	p.CertFile = writePEM("server.pem", "CERTIFICATE", srvDER)
+	p.KeyFile = writePEM("server-key.pem", "EC PRIVATE KEY", keyDER(srvKey))
 	cliDER, cliKey := issue(3, x509.ExtKeyUsageClientAuth)
-	p.client = tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
+	p.Client = tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
 	return p
 }
 
-// remoteBenchPairs measures TryClaim + Confirm pairs on s from goroutines
+// SilentServer accepts connections on a loopback port and never answers:
+// the shape of a hung server. It returns the address.
+func SilentServer(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		conns  []net.Conn
+		closed bool // set at cleanup: a connection accepted later is closed at once
+		wg     sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if closed {
+				_ = c.Close()
+			}
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		closed = true
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		testwait.Group(t, &wg, testwait.Long, "the end of the silent server's accept loop and readers after its listener and connections closed")
+	})
+	return l.Addr().String()
+}
+
+// BenchPairs measures TryClaim + Confirm pairs on s from goroutines
 // goroutines (1: a plain loop; more: RunParallel with enough parallelism
 // for at least that many), each pair on a new key. It reports pairs/s and
 // round-trips/op, where roundTrips counts what the store sent.
-func remoteBenchPairs(b *testing.B, s idempotency.Store, goroutines int, roundTrips func() int64) {
+func BenchPairs(b *testing.B, s idempotency.Store, goroutines int, roundTrips func() int64) {
 	ctx := context.Background()
 	var next atomic.Uint64
 	pair := func(id []byte) {
@@ -167,7 +216,7 @@ func remoteBenchPairs(b *testing.B, s idempotency.Store, goroutines int, roundTr
 			}
 		}()
 	}
-	wg.Wait()
+	testwait.Group(b, &wg, time.Minute, "the end of the warm-up goroutines")
 	b.ReportAllocs()
 	before := roundTrips()
 	b.ResetTimer()
@@ -193,9 +242,9 @@ func remoteBenchPairs(b *testing.B, s idempotency.Store, goroutines int, roundTr
 	b.ReportMetric(float64(roundTrips()-before)/float64(b.N), "round-trips/op")
 }
 
-// remoteBenchDuplicate measures TryClaim on an already confirmed key (the
+// BenchDuplicate measures TryClaim on an already confirmed key (the
 // redelivery path) on s, from one goroutine.
-func remoteBenchDuplicate(b *testing.B, s idempotency.Store, roundTrips func() int64) {
+func BenchDuplicate(b *testing.B, s idempotency.Store, roundTrips func() int64) {
 	ctx := context.Background()
 	key := idempotency.Key{Namespace: "bench", ID: "duplicate"}
 	_, c, err := s.TryClaim(ctx, key)
@@ -224,47 +273,4 @@ func remoteBenchDuplicate(b *testing.B, s idempotency.Store, roundTrips func() i
 		b.ReportMetric(float64(b.N)/sec, "checks/s")
 	}
 	b.ReportMetric(float64(roundTrips()-before)/float64(b.N), "round-trips/op")
-}
-
-// silentServer accepts connections on a loopback port and never answers:
-// the shape of a hung server. It returns the address.
-func silentServer(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return l.Addr().String()
 }
