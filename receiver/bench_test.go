@@ -11,42 +11,51 @@ import (
 )
 
 // BenchmarkProcess measures one new delivery through the pipeline (and,
-// for dup=true, one duplicate absorbed by memory).
+// for dup=true, one duplicate absorbed by memory), without a handler gate
+// (handlers=0) and with one (handlers=4: Config.Handlers and a gate of
+// WithAdmission, both free, as for a transport's subscription).
 func BenchmarkProcess(b *testing.B) {
 	for _, tier := range []string{"memory", "memory+store"} {
 		for _, dup := range []bool{false, true} {
-			b.Run("tier="+tier+"/dup="+strconv.FormatBool(dup), func(b *testing.B) {
-				ca, err := connaudit.New(connaudit.Options{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				cfg := receiver.Config{Audit: receiver.ConnAudit(ca), Completed: 1 << 20}
-				if tier == "memory+store" {
-					s := idempotency.NewMemory(idempotency.Options{})
-					defer s.Close()
-					cfg.Store = s
-				}
-				r, err := receiver.New(cfg)
-				if err != nil {
-					b.Fatal(err)
-				}
-				keys := make([]string, b.N)
-				for i := range keys {
-					keys[i] = "ID:bench-1-2-0:1:" + strconv.Itoa(i+1)
-					if dup {
-						r.Process(context.Background(), &receiver.Message{Key: keys[i], Destination: queue}, okHandler)
+			for _, handlers := range []int{0, 4} {
+				name := "tier=" + tier + "/dup=" + strconv.FormatBool(dup) + "/handlers=" + strconv.Itoa(handlers)
+				b.Run(name, func(b *testing.B) {
+					ca, err := connaudit.New(connaudit.Options{})
+					if err != nil {
+						b.Fatal(err)
 					}
-				}
-				m := &receiver.Message{Destination: queue}
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := range b.N {
-					m.Key = keys[i]
-					if res := r.Process(context.Background(), m, okHandler); res.Action != receiver.Ack || res.Duplicate != dup {
-						b.Fatal(res)
+					cfg := receiver.Config{Audit: receiver.ConnAudit(ca), Completed: 1 << 20, Handlers: handlers}
+					if tier == "memory+store" {
+						s := idempotency.NewMemory(idempotency.Options{})
+						defer s.Close()
+						cfg.Store = s
 					}
-				}
-			})
+					r, err := receiver.New(cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ctx := context.Background()
+					if handlers > 0 {
+						ctx = receiver.WithAdmission(ctx, receiver.NewGate(handlers), make(chan struct{}))
+					}
+					keys := make([]string, b.N)
+					for i := range keys {
+						keys[i] = "ID:bench-1-2-0:1:" + strconv.Itoa(i+1)
+						if dup {
+							r.Process(context.Background(), &receiver.Message{Key: keys[i], Destination: queue}, okHandler)
+						}
+					}
+					m := &receiver.Message{Destination: queue}
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := range b.N {
+						m.Key = keys[i]
+						if res := r.Process(ctx, m, okHandler); res.Action != receiver.Ack || res.Duplicate != dup {
+							b.Fatal(res)
+						}
+					}
+				})
+			}
 		}
 	}
 }

@@ -25,6 +25,11 @@ var (
 	ErrBadKey = errors.New("receiver: malformed key")
 	// ErrPanic wraps the value of a handler panic recovered by Process.
 	ErrPanic = errors.New("receiver: handler panicked")
+	// ErrAbandoned is the Result.Err of a delivery abandoned before its
+	// handler started (see WithAdmission): its context ended, or its
+	// transport's abandon signal closed, while it waited for a handler
+	// slot. Nothing was applied and nothing is to be acknowledged.
+	ErrAbandoned = errors.New("receiver: abandoned before the handler started")
 	// ErrConfig is returned by New for an invalid Config.
 	ErrConfig = errors.New("receiver: invalid config")
 )

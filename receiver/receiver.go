@@ -96,6 +96,15 @@ type Config struct {
 	SettleTimeout time.Duration
 	// Clock is the store's clock (see StoreOptions.Clock).
 	Clock idempotency.Clock
+	// Handlers bounds how many handlers run at once across every Process
+	// call (see Gate); 0 means no bound, a negative value is an error from
+	// New. Process may then hold more deliveries than Handlers: each waits
+	// for a slot after its selectors accepted (its claim made and renewed)
+	// and gives the slot back when its handler returns, before its confirm,
+	// so that claims and confirms of many deliveries can be grouped.
+	// Duplicates handed to the handler (DuplicateDeliver) and deliveries
+	// without a key run under MissingKeyProcess take a slot too.
+	Handlers int
 	// Metrics receives the counters; nil means a new Metrics.
 	Metrics *Metrics
 	// Logger receives structured logs; nil is silent.
@@ -112,6 +121,7 @@ type Receiver struct {
 	selectors []Selector
 	failures  *lru.Cache[string, int]
 	metrics   *Metrics
+	gate      *Gate
 	log       *slog.Logger
 	jitterMu  sync.Mutex
 	jitter    *rand.Rand
@@ -133,6 +143,9 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	if cfg.MissingKey > MissingKeyProcess {
 		return nil, fmt.Errorf("%w: unknown missing-key policy %d", ErrConfig, cfg.MissingKey)
+	}
+	if cfg.Handlers < 0 {
+		return nil, fmt.Errorf("%w: negative Handlers %d", ErrConfig, cfg.Handlers)
 	}
 	if cfg.SettleTimeout <= 0 {
 		cfg.SettleTimeout = 10 * time.Second
@@ -157,7 +170,7 @@ func New(cfg Config) (*Receiver, error) {
 	// The audit reports churn through the receiver's logger and its
 	// counters through the receiver's Metrics.
 	bindAuditor(cfg.Audit, cfg.Logger, cfg.Metrics)
-	r := &Receiver{cfg: cfg, metrics: cfg.Metrics, log: orDiscard(cfg.Logger),
+	r := &Receiver{cfg: cfg, metrics: cfg.Metrics, gate: NewGate(cfg.Handlers), log: orDiscard(cfg.Logger),
 		jitter: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15))}
 	mem, err := NewMemorySelector(MemoryOptions{Audit: cfg.Audit, Durable: cfg.Store != nil || len(cfg.Selectors) > 0,
 		Wait: cfg.InFlightWait, Completed: cfg.Completed, Metrics: cfg.Metrics, Logger: cfg.Logger})
@@ -223,7 +236,10 @@ func (r *Receiver) Forget(m *Message) bool {
 //  2. Selectors in order (memory: in-flight/outcome table and connection
 //     audit; store: try-claim; extra selectors). Reject → duplicate policy
 //     (no later selector asked: two-tier); Defer → Requeue, never Ack.
-//  3. Handler, its panics recovered; claims renewed while it runs.
+//  3. Handler, its panics recovered, once a slot of the Handlers gate (and
+//     of a gate WithAdmission set on ctx) is free; claims renewed while it
+//     waits and runs. A delivery abandoned before its handler started (see
+//     WithAdmission) settles Abandoned and returns Requeue with Ran false.
 //  4. Success → settle Completed from the last selector to the first (the
 //     store confirms before memory records the key as done) → Ack. A failed
 //     confirm → settle Failed everywhere (rollback and release) → Requeue.
@@ -302,8 +318,12 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 	}
 	res.Verdict = verdict.String()
 
+	started, herr := r.run(ctx, m, h, accepted)
+	if !started {
+		r.settle(ctx, accepted, Abandoned)
+		return abandoned(res, herr)
+	}
 	res.Ran = true
-	herr := r.run(ctx, m, h, accepted)
 	if herr == nil {
 		if err := r.settle(ctx, accepted, Completed); err != nil {
 			r.metrics.inc(&r.metrics.SettleErrors)
@@ -318,6 +338,13 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 	}
 	r.settle(ctx, accepted, Failed)
 	return r.failed(m, res, herr, fk)
+}
+
+// abandoned is the Result of a delivery whose handler never started: no
+// attempt, no backoff, nothing for the transport to send.
+func abandoned(res Result, err error) Result {
+	res.Action, res.Reason, res.Err, res.Ran = Requeue, "abandoned", err, false
+	return res
 }
 
 // failed maps a handler error to Requeue or DeadLetter.
@@ -406,10 +433,11 @@ func (r *Receiver) settle(ctx context.Context, ds []Decision, st Settlement) err
 }
 
 // run runs h with panics recovered, in the context the decisions' Context
-// hooks derive, renewing leases while it runs. A
-// renewal that finds the claim lost cancels the handler's context with
-// idempotency.ErrClaimLost as the cause.
-func (r *Receiver) run(ctx context.Context, m *Message, h Handler, ds []Decision) error {
+// hooks derive, once admitted by the gates, renewing leases while it waits
+// and runs. A renewal that finds the claim lost cancels the handler's
+// context with idempotency.ErrClaimLost as the cause. started is false
+// (and err wraps ErrAbandoned) when h never ran.
+func (r *Receiver) run(ctx context.Context, m *Message, h Handler, ds []Decision) (started bool, err error) {
 	var renewals []Decision
 	for _, d := range ds {
 		if d.Context != nil {
@@ -420,7 +448,7 @@ func (r *Receiver) run(ctx context.Context, m *Message, h Handler, ds []Decision
 		}
 	}
 	if len(renewals) == 0 {
-		return call(ctx, m, h)
+		return r.gated(ctx, m, h)
 	}
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -430,10 +458,22 @@ func (r *Receiver) run(ctx context.Context, m *Message, h Handler, ds []Decision
 		wg.Add(1)
 		go r.renew(hctx, d, stop, &wg, cancel)
 	}
-	err := call(hctx, m, h)
+	started, err = r.gated(hctx, m, h)
 	close(stop)
 	wg.Wait()
-	return err
+	return started, err
+}
+
+// gated calls h once admitted by the gates, and gives the slots back when
+// it returns; started is false when it was abandoned instead.
+func (r *Receiver) gated(ctx context.Context, m *Message, h Handler) (started bool, err error) {
+	g, err := r.admit(ctx)
+	if err != nil {
+		return false, err
+	}
+	err = call(ctx, m, h)
+	r.leave(g)
+	return true, err
 }
 
 func (r *Receiver) renew(ctx context.Context, d Decision, stop <-chan struct{}, wg *sync.WaitGroup, cancel context.CancelCauseFunc) {
@@ -492,8 +532,12 @@ func (r *Receiver) duplicate(ctx context.Context, m *Message, h Handler, res Res
 		}
 		hd[HeaderDuplicate] = "true"
 		m.Headers = hd
+		started, err := r.gated(ctx, m, h)
+		if !started {
+			return abandoned(res, err)
+		}
 		res.Ran = true
-		if err := call(ctx, m, h); err != nil {
+		if err != nil {
 			return r.failed(m, res, err, "")
 		}
 	}
@@ -524,8 +568,12 @@ func (r *Receiver) missingKey(ctx context.Context, m *Message, h Handler, kerr e
 	}
 	r.log.Warn("receiver: delivery without a key processed without duplicate detection",
 		"destination", m.Destination)
+	started, err := r.gated(ctx, m, h)
+	if !started {
+		return abandoned(res, err)
+	}
 	res.Ran = true
-	if err := call(ctx, m, h); err != nil {
+	if err != nil {
 		return r.failed(m, res, err, "")
 	}
 	r.metrics.inc(&r.metrics.Processed)
