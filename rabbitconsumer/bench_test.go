@@ -32,7 +32,7 @@ func BenchmarkHandle(b *testing.B) {
 						g.deliver(amqp.Delivery{MessageId: id})
 					}
 				}
-				g.g.acks = nopAcker{}
+				g.g = g.generation(2, nopAcker{})
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
@@ -40,7 +40,9 @@ func BenchmarkHandle(b *testing.B) {
 					if kind == "new" {
 						id += "-" + strconv.Itoa(i)
 					}
-					g.c.handle(context.Background(), g.g, g.r, amqp.Delivery{MessageId: id, Acknowledger: nopAcker{}})
+					tag := uint64(i + 1)
+					g.g.acks.add(tag)
+					g.c.handle(context.Background(), g.g, g.r, amqp.Delivery{MessageId: id, DeliveryTag: tag, Acknowledger: nopAcker{}})
 					i++
 				}
 			})

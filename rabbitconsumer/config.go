@@ -81,8 +81,22 @@ type Config struct {
 	// unacknowledged deliveries the broker sends ahead; default 50.
 	Prefetch int
 
-	// Concurrency is the number of handler goroutines; default 1.
+	// Concurrency is the number of handlers running at once; default 1.
 	Concurrency int
+
+	// InFlight is the number of deliveries that go through the duplicate
+	// pipeline at once: up to InFlight deliveries are claimed in the store
+	// (or the inbox) ahead while at most Concurrency handlers run, and the
+	// confirms of finished handlers do not hold a handler's place, so a
+	// store that groups concurrent calls (idempotency.Group) claims and
+	// confirms a prefetch window in few round trips. Default: Prefetch (or
+	// Concurrency, if larger) when Concurrency is above 1, and 1 when
+	// Concurrency is 1, which keeps the handlers in the queue's delivery
+	// order. A value below Concurrency, or above both Prefetch and
+	// Concurrency, is an error from New. With InFlight above 1 and
+	// Concurrency 1 the handlers still run one at a time, but not strictly
+	// in delivery order.
+	InFlight int
 
 	// MaxAttempts bounds handler attempts per message before it is
 	// dead-lettered; default the receiver's (5).
@@ -268,6 +282,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	switch {
+	case c.InFlight < 0:
+		return c, fmt.Errorf("%w: negative InFlight %d", ErrConfig, c.InFlight)
+	case c.InFlight == 0 && c.Concurrency == 1:
+		c.InFlight = 1
+	case c.InFlight == 0:
+		c.InFlight = max(c.Prefetch, c.Concurrency)
+	case c.InFlight < c.Concurrency:
+		return c, fmt.Errorf("%w: InFlight %d below Concurrency %d: a handler slot could never be used", ErrConfig, c.InFlight, c.Concurrency)
+	case c.InFlight > max(c.Prefetch, c.Concurrency):
+		return c, fmt.Errorf("%w: InFlight %d above Prefetch %d: the broker never has more than Prefetch deliveries out", ErrConfig, c.InFlight, c.Prefetch)
+	}
 	if c.MaxRequeueDelay <= 0 {
 		c.MaxRequeueDelay = DefaultMaxRequeueDelay
 	}
@@ -365,8 +391,8 @@ func (c Config) String() string {
 	if c.TLS != nil || c.CAFile != "" || c.CertFile != "" || c.ServerName != "" {
 		fmt.Fprintf(&b, " TLS:{custom:%t CAFile:%q CertFile:%q ServerName:%q}", c.TLS != nil, c.CAFile, c.CertFile, c.ServerName)
 	}
-	fmt.Fprintf(&b, " Prefetch:%d Concurrency:%d MaxAttempts:%d ConnectRetries:%d Heartbeat:%v FrameSize:%d MaxBodyBytes:%d",
-		c.Prefetch, c.Concurrency, c.MaxAttempts, c.ConnectRetries, c.Heartbeat, c.FrameSize, c.MaxBodyBytes)
+	fmt.Fprintf(&b, " Prefetch:%d Concurrency:%d InFlight:%d MaxAttempts:%d ConnectRetries:%d Heartbeat:%v FrameSize:%d MaxBodyBytes:%d",
+		c.Prefetch, c.Concurrency, c.InFlight, c.MaxAttempts, c.ConnectRetries, c.Heartbeat, c.FrameSize, c.MaxBodyBytes)
 	fmt.Fprintf(&b, " Declare:%t Store:%t StoreURL:%s MemoryOnly:%t Namespace:%q KeyHeader:%q DeadLetter:{Exchange:%q RoutingKey:%q Queue:%q}}",
 		c.Declare, c.Store != nil, redact.Strict(c.StoreURL), c.MemoryOnly, c.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
 	return b.String()

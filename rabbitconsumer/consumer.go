@@ -31,6 +31,7 @@ type Consumer struct {
 	running atomic.Bool
 	gen     atomic.Uint64
 	rcv     atomic.Pointer[receiver.Receiver]
+	gate    *receiver.Gate // Concurrency: the handlers running at once, over every generation
 	st      stats
 
 	guaranteeOnce sync.Once
@@ -96,7 +97,7 @@ func New(cfg Config) (*Consumer, error) {
 	if m == nil {
 		m = new(receiver.Metrics)
 	}
-	return &Consumer{cfg: cfg, tls: tc, metrics: m, log: log, red: red}, nil
+	return &Consumer{cfg: cfg, tls: tc, metrics: m, log: log, red: red, gate: receiver.NewGate(cfg.Concurrency)}, nil
 }
 
 // Metrics returns the pipeline's counters (shared with the Receiver).
@@ -238,7 +239,7 @@ func (c *Consumer) buildReceiver(ctx context.Context) (*receiver.Receiver, func(
 		Audit: c.cfg.Audit, Store: store, Namespace: c.cfg.Namespace, Selectors: selectors,
 		MaxAttempts: c.cfg.MaxAttempts, Backoff: c.cfg.Backoff,
 		Duplicates: c.cfg.DuplicatePolicy, OnDuplicate: c.cfg.OnDuplicate, MissingKey: c.cfg.MissingKey,
-		Metrics: c.metrics, Logger: c.log,
+		Handlers: c.cfg.Concurrency, Metrics: c.metrics, Logger: c.log,
 	})
 	if err != nil {
 		closeStore()
@@ -265,12 +266,15 @@ type generation struct {
 	n    uint64
 	conn *amqp.Connection
 	ch   *amqp.Channel
-	acks acker // ch, or a fake in tests
+	acks *acker // settles on ch (or on a fake in tests)
 	pub  publisher
 	tag  string
 	// deliveries is closed by amqp091 when the channel closes (dropping
 	// what it buffered) or after a cancel (delivering what it buffered).
+	// recv serializes receiving with registering the delivery's tag in
+	// acks, so tags are registered in delivery order.
 	deliveries <-chan amqp.Delivery
+	recv       sync.Mutex
 	dead       atomic.Bool   // the channel or connection is gone
 	stopping   atomic.Bool   // graceful stop: start nothing new
 	stop       chan struct{} // closed when dead or stopping
@@ -279,10 +283,15 @@ type generation struct {
 
 func (g *generation) halt() { g.stopOnce.Do(func() { close(g.stop) }) }
 
-// acker is the part of a channel that settles deliveries.
-type acker interface {
-	Ack(tag uint64, multiple bool) error
-	Nack(tag uint64, multiple, requeue bool) error
+// next receives the next delivery and registers its tag with the acker.
+func (g *generation) next() (amqp.Delivery, bool) {
+	g.recv.Lock()
+	defer g.recv.Unlock()
+	d, ok := <-g.deliveries
+	if ok {
+		g.acks.add(d.DeliveryTag)
+	}
+	return d, ok
 }
 
 // publisher publishes a message and waits for the broker's confirm.
@@ -371,8 +380,9 @@ func (c *Consumer) connect(ctx context.Context) (g *generation, err error) {
 		return nil, c.classify(err)
 	}
 	n := c.gen.Add(1)
-	g = &generation{n: n, conn: conn, ch: ch, acks: ch, pub: confirmPublisher{pub},
+	g = &generation{n: n, conn: conn, ch: ch, pub: confirmPublisher{pub},
 		tag: c.cfg.ConsumerTag + "-" + strconv.FormatUint(n, 10), stop: make(chan struct{})}
+	g.acks = newAcker(ch, &g.dead, &c.st, c.log, c.cfg.Prefetch)
 	g.deliveries, err = ch.Consume(c.cfg.Queue, g.tag, false, false, false, false, nil)
 	if err != nil {
 		return nil, c.queueErr(err, nil)
@@ -426,15 +436,23 @@ func (c *Consumer) classify(err error) error {
 func (c *Consumer) serve(ctx, hctx context.Context, g *generation, rcv *receiver.Receiver, all *sync.WaitGroup) (lost bool) {
 	connClosed := g.conn.NotifyClose(make(chan *amqp.Error, 1))
 	chClosed := g.ch.NotifyClose(make(chan *amqp.Error, 1))
+	// InFlight deliveries go through the pipeline at once, Concurrency
+	// handlers run at once (the gate); those claimed ahead of a handler
+	// are abandoned when g stops.
+	actx := receiver.WithAdmission(hctx, c.gate, g.stop)
 	var gw sync.WaitGroup
-	for range c.cfg.Concurrency {
+	for range c.cfg.InFlight {
 		gw.Add(1)
 		all.Add(1)
 		go func() {
 			defer all.Done()
 			defer gw.Done()
-			for d := range g.deliveries {
-				c.handle(hctx, g, rcv, d)
+			for {
+				d, ok := g.next()
+				if !ok {
+					return
+				}
+				c.handle(actx, g, rcv, d)
 			}
 		}()
 	}
@@ -489,7 +507,7 @@ func (c *Consumer) handle(hctx context.Context, g *generation, rcv *receiver.Rec
 		rcv.Forget(m)
 		c.st.dropped.Add(1)
 		if !g.dead.Load() {
-			c.settle(g, d, func() error { return g.acks.Nack(d.DeliveryTag, false, true) })
+			g.acks.requeue(d.DeliveryTag)
 		}
 		return
 	}
@@ -502,12 +520,21 @@ func (c *Consumer) handle(hctx context.Context, g *generation, rcv *receiver.Rec
 	} else {
 		res = rcv.Process(hctx, m, c.cfg.Handler)
 	}
-	switch res.Action {
-	case receiver.Ack:
-		if c.settle(g, d, func() error { return g.acks.Ack(d.DeliveryTag, false) }) {
-			c.st.acks.Add(1)
+	switch {
+	case res.Action == receiver.Requeue && !res.Ran && errors.Is(res.Err, receiver.ErrAbandoned):
+		// Claimed ahead, never started: g stopped or died meanwhile. The
+		// pipeline has rolled it back; hand it back on a live channel.
+		c.st.dropped.Add(1)
+		if !g.dead.Load() {
+			g.acks.requeue(d.DeliveryTag)
 		}
-	case receiver.DeadLetter:
+	case res.Action == receiver.Ack:
+		if g.dead.Load() {
+			c.st.staleAcks.Add(1)
+		} else {
+			g.acks.ack(d.DeliveryTag)
+		}
+	case res.Action == receiver.DeadLetter:
 		c.deadLetter(hctx, g, d, m, res)
 	default: // Requeue (and anything unknown: never acknowledge it)
 		if !g.stopping.Load() {
@@ -519,25 +546,10 @@ func (c *Consumer) handle(hctx context.Context, g *generation, rcv *receiver.Rec
 			}
 			t.Stop()
 		}
-		if c.settle(g, d, func() error { return g.acks.Nack(d.DeliveryTag, false, true) }) {
+		if g.acks.requeue(d.DeliveryTag) {
 			c.st.requeues.Add(1)
 		}
 	}
-}
-
-// settle sends an ack or nack unless g is dead; it reports whether it
-// was sent without error.
-func (c *Consumer) settle(g *generation, d amqp.Delivery, op func() error) bool {
-	if g.dead.Load() {
-		c.st.staleAcks.Add(1)
-		return false
-	}
-	if err := op(); err != nil {
-		c.st.ackErrors.Add(1)
-		c.log.Warn("rabbitconsumer: settling a delivery failed", "tag", d.DeliveryTag, "err", c.red.Error(err))
-		return false
-	}
-	return true
 }
 
 // deadLetter publishes a copy with the reason (waiting for the broker's
@@ -573,11 +585,11 @@ func (c *Consumer) deadLetter(ctx context.Context, g *generation, d amqp.Deliver
 		c.st.deadLetterErrors.Add(1)
 		c.log.Error("rabbitconsumer: dead-letter publish failed; delivery handed back", "key", m.Key,
 			"reason", res.Reason, "err", c.red.Error(err))
-		c.settle(g, d, func() error { return g.acks.Nack(d.DeliveryTag, false, true) })
+		g.acks.requeue(d.DeliveryTag)
 		return
 	}
 	c.st.deadLetters.Add(1)
-	c.settle(g, d, func() error { return g.acks.Ack(d.DeliveryTag, false) })
+	g.acks.ackOne(d.DeliveryTag)
 }
 
 func truncate(s string, n int) string {

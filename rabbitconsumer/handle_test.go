@@ -91,12 +91,26 @@ func newRig(t testing.TB, h receiver.Handler, mod func(*Config)) *rig {
 	}
 	t.Cleanup(closeStore)
 	ch := &fakeChannel{}
-	g := &generation{n: 1, acks: ch, pub: ch, stop: make(chan struct{})}
-	return &rig{c: c, r: r, g: g, ch: ch, log: &logs}
+	rg := &rig{c: c, r: r, ch: ch, log: &logs}
+	rg.g = rg.generation(1, ch)
+	return rg
 }
 
+// generation returns a fake generation n settling on ch.
+func (g *rig) generation(n uint64, ch ackChannel) *generation {
+	gen := &generation{n: n, pub: g.ch, stop: make(chan struct{})}
+	gen.acks = newAcker(ch, &gen.dead, &g.c.st, g.c.log, g.c.cfg.Prefetch)
+	return gen
+}
+
+// deliver runs d through handle on the current generation, as the next
+// delivery tag unless d has one.
 func (g *rig) deliver(d amqp.Delivery) {
 	d.Acknowledger = g.ch
+	if d.DeliveryTag == 0 {
+		d.DeliveryTag = g.g.acks.next()
+	}
+	g.g.acks.add(d.DeliveryTag)
 	g.c.handle(context.Background(), g.g, g.r, d)
 }
 
@@ -199,7 +213,7 @@ func TestRedeliveryAfterLostAck(t *testing.T) {
 	}
 	// Next generation: both come back redelivered.
 	g.c.cfg.Handler = h
-	g.g = &generation{n: 2, acks: g.ch, pub: g.ch, stop: make(chan struct{})}
+	g.g = g.generation(2, g.ch)
 	g.deliver(amqp.Delivery{MessageId: "good", DeliveryTag: 1, Redelivered: true})
 	g.deliver(amqp.Delivery{MessageId: "bad", DeliveryTag: 2, Redelivered: true})
 	if ops := g.ch.log(); ops != "ack ack" {
