@@ -37,5 +37,5 @@ func ExampleConfig_String() {
 		StoreURL: "rediss://:pw@cache:6380/0", CAFile: "/etc/ssl/rabbit-ca.pem"}
 	fmt.Printf("%v\n", cfg)
 	// Output:
-	// rabbitconsumer.Config{URL:amqps://app:xxxxx@rabbit:5671/prod Queue:"orders" TLS:{custom:false CAFile:"/etc/ssl/rabbit-ca.pem" CertFile:"" ServerName:""} Prefetch:0 Concurrency:0 MaxAttempts:0 ConnectRetries:0 Heartbeat:0s FrameSize:0 MaxBodyBytes:0 Declare:false Store:false StoreURL:rediss://:xxxxx@cache:6380/0 MemoryOnly:false Namespace:"" KeyHeader:"" DeadLetter:{Exchange:"" RoutingKey:"" Queue:""}}
+	// rabbitconsumer.Config{URL:amqps://app:xxxxx@rabbit:5671/prod Queue:"orders" TLS:{custom:false CAFile:"/etc/ssl/rabbit-ca.pem" CertFile:"" ServerName:""} Prefetch:0 Concurrency:0 InFlight:0 MaxAttempts:0 ConnectRetries:0 Heartbeat:0s FrameSize:0 MaxBodyBytes:0 Declare:false Store:false StoreURL:rediss://:xxxxx@cache:6380/0 MemoryOnly:false Namespace:"" KeyHeader:"" DeadLetter:{Exchange:"" RoutingKey:"" Queue:""}}
 }

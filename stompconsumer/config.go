@@ -99,7 +99,7 @@ func (c Config) String() string {
 	for i, s := range c.Subscriptions {
 		dests[i] = s.Destination
 	}
-	fmt.Fprintf(&b, " Subscriptions:%v Prefetch:%d Concurrency:%d MaxAttempts:%d", dests, c.Prefetch, c.Concurrency, c.MaxAttempts)
+	fmt.Fprintf(&b, " Subscriptions:%v Prefetch:%d Concurrency:%d InFlight:%d MaxAttempts:%d", dests, c.Prefetch, c.Concurrency, c.InFlight, c.MaxAttempts)
 	fmt.Fprintf(&b, " ConnectRetries:%d HeartBeat:%v DeadLetterDestination:%q KeyHeader:%q Store:%t MemoryOnly:%t}",
 		c.ConnectRetries, c.HeartBeat, c.DeadLetterDestination, c.KeyHeader, c.Store != nil, c.MemoryOnly)
 	return b.String()

@@ -46,9 +46,27 @@ type Config struct {
 	// prefetched messages as redeliveries).
 	Prefetch int
 
-	// Concurrency is the number of handler goroutines per subscription;
-	// default 1, which handles a subscription's messages in arrival order.
+	// Concurrency is the number of handlers running at once per
+	// subscription; default 1, which handles a subscription's messages in
+	// arrival order.
 	Concurrency int
+
+	// InFlight is the number of a subscription's deliveries that go
+	// through the duplicate pipeline at once: up to InFlight deliveries are
+	// claimed in the store (or the inbox) ahead while at most Concurrency
+	// handlers run, and the confirms of finished handlers do not hold a
+	// handler's place, so a store that groups concurrent calls
+	// (idempotency.Group) claims and confirms a prefetch window in few
+	// round trips. Default: Prefetch (or Concurrency, if larger) when
+	// Concurrency is above 1, and 1 when Concurrency is 1, which keeps the
+	// handlers in arrival order. A value below Concurrency, or above both
+	// Prefetch and Concurrency, is an error from New. With InFlight above
+	// 1 and Concurrency 1 the handlers still run one at a time, but not
+	// strictly in arrival order. Deliveries claimed ahead whose handler has
+	// not started when the connection is lost or a graceful stop begins are
+	// rolled back (their audit bit and claim released) and left
+	// unacknowledged: the broker sends them again.
+	InFlight int
 
 	// MaxAttempts bounds handler attempts per message; after the last one
 	// the message is dead-lettered. Default: the receiver's default.

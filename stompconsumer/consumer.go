@@ -29,6 +29,7 @@ type Consumer struct {
 	log     *slog.Logger
 	red     redact.Redactor
 	subs    []Subscription
+	gates   []*receiver.Gate // per subscription: its Concurrency, over every session
 	running atomic.Bool
 	gen     atomic.Uint64
 	st      stats
@@ -161,6 +162,14 @@ func New(cfg Config) (*Consumer, error) {
 		if s.Prefetch <= 0 {
 			s.Prefetch = cfg.Prefetch
 		}
+		if s.InFlight == 0 {
+			s.InFlight = cfg.InFlight
+		}
+		inFlight, err := inFlight(s.InFlight, s.Concurrency, s.Prefetch)
+		if err != nil {
+			return nil, fmt.Errorf("%w: subscription %d (%s): %w", ErrConfig, i, s.Destination, err)
+		}
+		s.InFlight = inFlight
 		subs[i] = s
 	}
 
@@ -175,6 +184,11 @@ func New(cfg Config) (*Consumer, error) {
 	}
 
 	c := &Consumer{cfg: cfg, log: log, red: red, subs: subs}
+	handlers := 0
+	for _, s := range subs {
+		c.gates = append(c.gates, receiver.NewGate(s.Concurrency))
+		handlers += s.Concurrency
+	}
 	c.dial = &dialer{endpoints: eps, tls: tc, login: cfg.Login, passcode: cfg.Passcode, vhost: cfg.VirtualHost,
 		clientID: cfg.ClientID, heartBeat: cfg.HeartBeat, timeout: cfg.ConnectTimeout,
 		maxHeader: cfg.MaxHeaderBytes, maxBody: cfg.MaxBodyBytes, keep: []string{cfg.KeyHeader}, log: log, red: red}
@@ -209,6 +223,7 @@ func New(cfg Config) (*Consumer, error) {
 			Duplicates:  cfg.DuplicatePolicy,
 			OnDuplicate: cfg.OnDuplicate,
 			MaxAttempts: cfg.MaxAttempts,
+			Handlers:    handlers,
 			Backoff:     func(attempt int) time.Duration { return cfg.RetryBackoff.Delay(attempt - 1) },
 			Metrics:     cfg.Metrics,
 			Logger:      log,
@@ -219,6 +234,24 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	c.metrics = c.rcv.Metrics()
 	return c, nil
+}
+
+// inFlight returns the pipeline depth of a subscription: n when set and
+// within [concurrency, max(prefetch, concurrency)], else the default.
+func inFlight(n, concurrency, prefetch int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, fmt.Errorf("negative InFlight %d", n)
+	case n == 0 && concurrency == 1:
+		return 1, nil
+	case n == 0:
+		return max(prefetch, concurrency), nil
+	case n < concurrency:
+		return 0, fmt.Errorf("InFlight %d below Concurrency %d: a handler slot could never be used", n, concurrency)
+	case n > max(prefetch, concurrency):
+		return 0, fmt.Errorf("InFlight %d above Prefetch %d: the broker never has more than Prefetch messages out", n, prefetch)
+	}
+	return n, nil
 }
 
 // checkStore makes durability an explicit choice: a usable store, or
@@ -428,6 +461,8 @@ type session struct {
 	recvd atomic.Uint64 // deliveries received
 	lost  chan struct{} // closed when the connection is lost
 	stop  chan struct{} // closed when a graceful stop begins
+	quit  chan struct{} // closed when either happens: deliveries claimed ahead are abandoned
+	quitO sync.Once
 	once  sync.Once
 	err   error
 	dead  atomic.Bool
@@ -443,12 +478,16 @@ type subRun struct {
 	sub   *stomp.Subscription
 	q     *fifo
 	topic bool
+	ctx   context.Context // the handlers' context, with the subscription's gate and the session's quit
 }
 
 func (c *Consumer) newSession(cn *conn, hctx context.Context) *session {
 	return &session{c: c, gen: c.gen.Add(1), cn: cn, hctx: hctx, start: time.Now(),
-		lost: make(chan struct{}), stop: make(chan struct{})}
+		lost: make(chan struct{}), stop: make(chan struct{}), quit: make(chan struct{})}
 }
+
+// halt closes quit (once).
+func (s *session) halt() { s.quitO.Do(func() { close(s.quit) }) }
 
 // run subscribes and consumes until ctx is done (graceful stop, returns
 // nil) or the connection is lost (returns why).
@@ -469,7 +508,8 @@ func (s *session) run(ctx context.Context) error {
 			s.fail(fmt.Errorf("subscribe %s: %w", cfg.Destination, err))
 			break
 		}
-		sr := &subRun{s: s, cfg: cfg, sub: sub, q: newFIFO(), topic: isTopic(cfg.Destination)}
+		sr := &subRun{s: s, cfg: cfg, sub: sub, q: newFIFO(), topic: isTopic(cfg.Destination),
+			ctx: receiver.WithAdmission(s.hctx, s.c.gates[i], s.quit)}
 		s.mu.Lock()
 		if s.dead.Load() {
 			sr.q.close() // lost meanwhile: the workers exit at once
@@ -478,7 +518,9 @@ func (s *session) run(ctx context.Context) error {
 		s.mu.Unlock()
 		s.rd.Add(1)
 		go sr.read()
-		for range cfg.Concurrency {
+		// InFlight deliveries go through the pipeline at once; the gate
+		// lets Concurrency of them run their handlers.
+		for range cfg.InFlight {
 			s.wk.Add(1)
 			go sr.work()
 		}
@@ -504,6 +546,7 @@ func (s *session) fail(err error) {
 		}
 		s.mu.Unlock()
 		close(s.lost)
+		s.halt()
 		_ = s.cn.stomp.MustDisconnect()
 		_ = s.cn.net.Close()
 	})
@@ -540,6 +583,7 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
 // handlers (and their ACKs), disconnect.
 func (s *session) shutdown() {
 	s.stopO.Do(func() { close(s.stop) })
+	s.halt()
 	s.mu.Lock()
 	for _, sr := range s.subs {
 		s.c.st.dropped.Add(uint64(sr.q.close()))
@@ -619,7 +663,15 @@ func (sr *subRun) handle(d *delivery) {
 		return
 	}
 	for {
-		res := c.rcv.Process(s.hctx, m, sr.cfg.Handler)
+		res := c.rcv.Process(sr.ctx, m, sr.cfg.Handler)
+		if res.Action == receiver.Requeue && !res.Ran && errors.Is(res.Err, receiver.ErrAbandoned) {
+			// Claimed ahead of a handler, never started: the connection
+			// was lost or a graceful stop began meanwhile. The pipeline
+			// has rolled it back; unacknowledged, the broker sends it
+			// again.
+			c.st.dropped.Add(1)
+			return
+		}
 		switch res.Action {
 		case receiver.Ack:
 			_ = s.settle(d, func() error { return d.msg.Conn.Ack(d.msg) })

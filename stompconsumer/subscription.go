@@ -24,10 +24,12 @@ type Subscription struct {
 	// one Consumer need distinct names.
 	Name string
 
-	// Concurrency and Prefetch override the Config values for this
-	// subscription when positive.
+	// Concurrency, Prefetch and InFlight override the Config values for
+	// this subscription when positive. InFlight's default follows this
+	// subscription's Concurrency and Prefetch.
 	Concurrency int
 	Prefetch    int
+	InFlight    int
 
 	// Selector is a JMS message selector (ActiveMQ's "selector" header).
 	Selector string
