@@ -8,20 +8,31 @@
 // # Acknowledgements
 //
 // The queue is consumed with manual acknowledgements and a QoS prefetch of
-// Config.Prefetch, by Config.Concurrency handler goroutines. For each
-// delivery receiver.Process decides:
+// Config.Prefetch: Config.InFlight deliveries go through the pipeline at
+// once, Config.Concurrency handlers run at once. For each delivery
+// receiver.Process decides:
 //
 //   - Ack: the handler succeeded and the store confirmed the key, or the
 //     delivery is a duplicate of confirmed work (logged at warn and
 //     counted: Fency's default; see Config.DuplicatePolicy for the
-//     others). The consumer sends basic.ack.
+//     others). The consumer acknowledges successes in batches: one
+//     basic.ack with multiple=true names the highest delivery tag below
+//     which every delivery of the channel is settled, sent once the
+//     successes ready at that moment are all marked, so one frame covers
+//     many. A delivery still running (or waiting to be retried) holds the
+//     tags above it back: a multiple ack never covers it. When half of
+//     Prefetch successes wait behind it, they are acknowledged one by one,
+//     so that they do not keep the prefetch window full.
 //   - Requeue: the handler failed (its claim was released and its audit
 //     bit rolled back), or the outcome is unknown (the original is in
 //     flight here or on another consumer, or the store cannot answer).
 //     After Result.RetryAfter (capped by Config.MaxRequeueDelay) the
 //     consumer sends basic.nack with requeue=true; unlike ActiveMQ's STOMP
 //     NACK, RabbitMQ really requeues. A delivery whose outcome is unknown
-//     is never acknowledged.
+//     is never acknowledged. Nacks, and the acks of dead-lettered
+//     deliveries, name their own tag, sent in turn with the multiple acks:
+//     a tag leaves the set a multiple ack may cover only once its own
+//     frame is sent.
 //   - DeadLetter: after Config.MaxAttempts failures, for a message without
 //     a key, or by duplicate policy. The consumer publishes a persistent
 //     copy with the headers x-dead-letter-reason, x-attempts,
@@ -42,7 +53,9 @@
 // closes (NotifyClose) the generation is dead: delivery tags belong to
 // their channel, so nothing of it is acknowledged any more — deliveries
 // it had buffered but not started are dropped and rolled back with
-// receiver.Forget (the broker redelivers all of them), and handlers still
+// receiver.Forget (the broker redelivers all of them), deliveries claimed
+// ahead whose handler had not started are abandoned (settled Abandoned by
+// the pipeline: audit bit rolled back, claim released), and handlers still
 // running finish and settle with the pipeline (a success is confirmed in
 // the store and remembered, so its redelivery is acknowledged as a
 // duplicate; a failure is released, so its redelivery runs) but send
@@ -73,7 +86,8 @@
 // # Graceful shutdown
 //
 // When Run's context is cancelled the consumer cancels its consumer tag,
-// hands back (nack, requeue) the deliveries it had not started, lets
+// hands back (nack, requeue) the deliveries it had not started (those
+// claimed ahead of a handler too, their claims released), lets
 // running handlers finish (their context is cancelled after
 // Config.ShutdownTimeout) and settles them, then closes the connection.
 //
@@ -93,10 +107,13 @@
 // # Concurrency
 //
 // A Consumer is safe for concurrent use; Run may be called once at a time.
-// With Concurrency 1 the queue's messages are handled one at a time in
-// delivery order (requeues and redeliveries reorder them anyway). After a
-// connection loss the handlers of the dead generation may still be
-// finishing while the new generation's start, so up to twice Concurrency
-// handlers can run for a moment. Handlers must be safe for concurrent use
-// when Concurrency > 1. Stats and Metrics may be read at any time.
+// Config.InFlight goroutines run deliveries through receiver.Process, and a
+// gate of Concurrency slots (over every generation, so a dead generation's
+// handlers still finishing count too) admits the handlers: up to InFlight
+// deliveries are claimed ahead while at most Concurrency handlers run, so
+// that a group-committing store sees their claims and confirms together.
+// With Concurrency 1 (and the default InFlight 1) the queue's messages are
+// handled one at a time in delivery order (requeues and redeliveries
+// reorder them anyway). Handlers must be safe for concurrent use when
+// Concurrency > 1. Stats and Metrics may be read at any time.
 package rabbitconsumer

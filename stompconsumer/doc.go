@@ -35,7 +35,10 @@
 // the consumer sends ACK after the store confirmed; Requeue → a retry copy
 // (below); DeadLetter → a dead-letter copy. A delivery whose original is
 // still in flight (here or on another consumer holding the store claim) is
-// never acknowledged while that outcome is unknown.
+// never acknowledged while that outcome is unknown. Each ACK names one
+// message: ack:client's cumulative ACK would also acknowledge every message
+// delivered before it on the subscription, deliveries still running or
+// being retried included (BenchmarkAckModes measures the modes).
 //
 // An ack id belongs to the connection that delivered the message. When a
 // connection is lost, every delivery received on it and not yet
@@ -50,7 +53,12 @@
 // delivery is processed, not when it arrives, so a prefetched delivery
 // that is dropped never set an audit bit and needs no rollback
 // (receiver.Forget): calling Forget for it could only clear a bit set by
-// another, completed delivery of the same key.
+// another, completed delivery of the same key. A delivery claimed ahead of
+// its handler (Config.InFlight) whose handler has not started when the
+// connection is lost or a graceful stop begins is abandoned: the pipeline
+// settles it Abandoned (its audit bit rolled back, its claim released), it
+// is counted in Stats.Dropped and not acknowledged, and the broker sends it
+// again.
 //
 // # Retries without NACK
 //
@@ -157,13 +165,16 @@
 // # Concurrency
 //
 // A Consumer is safe for concurrent use; Run may be called once at a time.
-// Each subscription has Concurrency worker goroutines fed in arrival order
-// by a reader that never blocks (go-stomp serves a whole connection from
-// one goroutine). With Concurrency 1 a subscription's messages are handled
-// one at a time in arrival order; retries, redeliveries and reconnects
-// reorder messages in any case. After a connection loss the handlers of
-// the lost generation may still be finishing while the new generation's
-// start, so up to twice Concurrency handlers can run for a moment.
-// Handlers must be safe for concurrent use when Concurrency > 1. Stats and
-// Metrics may be read at any time.
+// Each subscription has Config.InFlight worker goroutines fed in arrival
+// order by a reader that never blocks (go-stomp serves a whole connection
+// from one goroutine); each runs a delivery through receiver.Process, and a
+// gate of Concurrency slots per subscription (over every connection, so a
+// lost connection's handlers still finishing count too) admits the
+// handlers: up to InFlight deliveries are claimed ahead while at most
+// Concurrency handlers run, so that a group-committing store sees their
+// claims and confirms together. With Concurrency 1 (and the default
+// InFlight 1) a subscription's messages are handled one at a time in
+// arrival order; retries, redeliveries and reconnects reorder messages in
+// any case. Handlers must be safe for concurrent use when Concurrency > 1.
+// Stats and Metrics may be read at any time.
 package stompconsumer

@@ -166,8 +166,12 @@ func TestClaimedAheadStopAndCut(t *testing.T) {
 			apply := l.handler(0, 0)
 			release := make(chan struct{})
 			started := make(chan string, n)
-			var blocked atomic.Int32
+			var blocked, running, peak atomic.Int32
 			h := func(ctx context.Context, m *receiver.Message) error {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
 				if blocked.Add(1) <= concurrency {
 					started <- string(m.Body)
 					blockUntil(ctx, t, release, time.Minute, "the test to release the first handlers")
@@ -225,6 +229,9 @@ func TestClaimedAheadStopAndCut(t *testing.T) {
 				}
 			}
 			l.verify(t, n)
+			if p := peak.Load(); p > concurrency {
+				t.Errorf("%d handlers ran at once (over both connections); Concurrency is %d", p, concurrency)
+			}
 			if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
 				t.Errorf("queue not empty: %d left", len(left))
 			}
