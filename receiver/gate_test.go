@@ -237,7 +237,8 @@ func TestGateAbandon(t *testing.T) {
 			go func() { held <- g.r.Process(bg, msg("ID:hold:1"), hold.handle) }()
 			recv(t, hold.started, testWait, "the slot holder starting")
 
-			ctx, abandon := bg, func() {}
+			var ctx context.Context
+			var abandon func()
 			if tc.cancel {
 				ctx, abandon = context.WithCancel(bg)
 			} else {
