@@ -96,6 +96,7 @@ func (b *amqpBroker) consume(ctx context.Context, p *plan, v variant, n names, b
 		Handler:        be.handler(cnt.inc),
 		Prefetch:       p.Prefetch,
 		Concurrency:    p.Concurrency,
+		InFlight:       p.InFlight,
 		Audit:          receiver.ConnAudit(a),
 		Store:          be.store,
 		Inbox:          be.inbox,

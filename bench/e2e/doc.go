@@ -28,7 +28,9 @@
 // manual acks), msgaudit's consumer with the in-memory tier only ("audit"),
 // with each idempotency store (memory, Redis, PostgreSQL, SQLite) and with
 // the transactional inbox on SQLite and on PostgreSQL. msgaudit's consumers
-// run with Options.Concurrency handlers and Options.Prefetch; the bare
+// run with Options.Concurrency handlers, Options.Prefetch and
+// Options.InFlight deliveries in the duplicate pipeline at once (by default
+// the consumers' own default: Prefetch when Concurrency is above 1); the bare
 // clients use the same prefetch (activemq.prefetchSize, basic.qos) and one
 // goroutine. Variants run interleaved round-robin over Options.Rounds rounds,
 // so that a slow spell of a shared machine spreads over all of them, and

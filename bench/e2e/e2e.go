@@ -116,6 +116,10 @@ type Options struct {
 	// Concurrency and Prefetch configure msgaudit's consumers (the bare
 	// clients use Prefetch and one goroutine); defaults 4 and 50.
 	Concurrency, Prefetch int
+	// InFlight is the consumers' InFlight, the deliveries going through
+	// the duplicate pipeline at once; 0 means the consumers' default
+	// (Prefetch when Concurrency is above 1, else 1).
+	InFlight int
 	// Brokers limits the run to STOMP, AMQP or both (nil: both).
 	Brokers []string
 	// Variants limits the run to these variants (names as in Variants,
@@ -162,6 +166,9 @@ func newPlan(o Options) (*plan, error) {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
+	}
+	if o.InFlight < 0 {
+		return nil, fmt.Errorf("%w: InFlight is %d, must not be negative", ErrOptions, o.InFlight)
 	}
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("%w: Timeout is %v, must not be negative", ErrOptions, o.Timeout)

@@ -187,6 +187,7 @@ func TestNewPlan(t *testing.T) {
 		{"unknown broker", with(func(o *Options) { o.Brokers = []string{"mqtt"} }), nil, `unknown broker "mqtt"`},
 		{"negative messages", with(func(o *Options) { o.Messages = -1 }), nil, "Messages is -1"},
 		{"negative timeout", with(func(o *Options) { o.Timeout = -time.Second }), nil, "Timeout is -1s"},
+		{"negative in-flight", with(func(o *Options) { o.InFlight = -1 }), nil, "InFlight is -1"},
 		{"missing Redis", with(func(o *Options) { o.RedisURL = "" }), nil, "stomp/redis needs RedisURL"},
 		{"missing Redis, not needed", with(func(o *Options) { o.RedisURL = ""; o.Variants = []string{"sqlite"}; o.Brokers = []string{STOMP} }),
 			[]string{"stomp/bare", "stomp/sqlite"}, ""},
@@ -215,6 +216,23 @@ func TestNewPlan(t *testing.T) {
 				t.Errorf("defaults not filled in: %+v", p.Options)
 			}
 		})
+	}
+}
+
+// TestInFlight: the depth the report states is the consumers' own default
+// unless set.
+func TestInFlight(t *testing.T) {
+	for _, tc := range []struct{ concurrency, prefetch, inFlight, want int }{
+		{4, 50, 0, 50}, {1, 50, 0, 1}, {8, 4, 0, 8}, {4, 50, 4, 4},
+	} {
+		p, err := newPlan(Options{StompAddr: "s:1", AMQPURL: "amqp://a", Variants: []string{"audit"},
+			Concurrency: tc.concurrency, Prefetch: tc.prefetch, InFlight: tc.inFlight})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := newReport(p).InFlight; got != tc.want {
+			t.Errorf("%+v: InFlight %d", tc, got)
+		}
 	}
 }
 

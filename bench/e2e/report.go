@@ -23,6 +23,9 @@ type Report struct {
 	BodyBytes   int `json:"body_bytes"`
 	Concurrency int `json:"concurrency"`
 	Prefetch    int `json:"prefetch"`
+	// InFlight is the consumers' pipeline depth: Options.InFlight, or the
+	// consumers' default for Concurrency and Prefetch.
+	InFlight int `json:"in_flight"`
 	// The machine: logical CPUs, the CPU model (from /proc/cpuinfo, "" where
 	// unknown) and the Go version.
 	CPUs      int    `json:"cpus"`
@@ -60,10 +63,23 @@ func newReport(p *plan) *Report {
 		BodyBytes:   p.BodyBytes,
 		Concurrency: p.Concurrency,
 		Prefetch:    p.Prefetch,
+		InFlight:    p.inFlight(),
 		CPUs:        runtime.NumCPU(),
 		CPUModel:    cpuModel(),
 		GoVersion:   runtime.Version(),
 	}
+}
+
+// inFlight is the consumers' effective InFlight (their default when
+// Options.InFlight is 0).
+func (p *plan) inFlight() int {
+	switch {
+	case p.InFlight > 0:
+		return p.InFlight
+	case p.Concurrency > 1:
+		return max(p.Prefetch, p.Concurrency)
+	}
+	return 1
 }
 
 // cpuModel reads the first "model name" of /proc/cpuinfo.
@@ -177,8 +193,8 @@ func variantTitle(b, v string) string {
 // the parameters and the machine.
 func (r *Report) Markdown(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d persistent messages of %d bytes per variant and round, %d round(s) interleaved; msgaudit: Concurrency %d, Prefetch %d; bare clients: prefetch %d, one goroutine. %d CPUs (%s), %s, %s.\n\n",
-		r.Messages, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.Prefetch, r.CPUs, orUnknown(r.CPUModel), r.GoVersion, r.Date.Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "%d persistent messages of %d bytes per variant and round, %d round(s) interleaved; msgaudit: Concurrency %d, Prefetch %d, InFlight %d; bare clients: prefetch %d, one goroutine. %d CPUs (%s), %s, %s.\n\n",
+		r.Messages, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.InFlight, r.Prefetch, r.CPUs, orUnknown(r.CPUModel), r.GoVersion, r.Date.Format("2006-01-02 15:04 MST"))
 	b.WriteString("| Broker | Variant | msgs/s (median) | min–max | × bare (median) | client CPU µs/msg |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|\n")
 	for _, row := range r.Rows {

@@ -77,6 +77,7 @@ func (b *stompBroker) consume(ctx context.Context, p *plan, v variant, n names, 
 		Addresses:             []string{b.addr},
 		Prefetch:              p.Prefetch,
 		Concurrency:           p.Concurrency,
+		InFlight:              p.InFlight,
 		Store:                 be.store,
 		Inbox:                 be.inbox,
 		MemoryOnly:            be.store == nil && be.inbox == nil, // the audit-only variant, on purpose

@@ -49,6 +49,7 @@ func run() error {
 	fs.IntVar(&o.BodyBytes, "body", e2e.DefaultBodyBytes, "body size in bytes")
 	fs.IntVar(&o.Concurrency, "concurrency", e2e.DefaultConcurrency, "msgaudit consumers' Concurrency")
 	fs.IntVar(&o.Prefetch, "prefetch", e2e.DefaultPrefetch, "prefetch of every consumer")
+	fs.IntVar(&o.InFlight, "inflight", 0, "msgaudit consumers' InFlight (0: their default, Prefetch when -concurrency is above 1)")
 	fs.DurationVar(&o.Timeout, "timeout", e2e.DefaultTimeout, "bound on one variant's consumption")
 	fs.StringVar(&brokers, "brokers", "stomp,amqp", "brokers: stomp, amqp or both")
 	fs.StringVar(&variants, "variants", "", "comma-separated variants (default all): "+strings.Join(e2e.Variants(), ", ")+"; a bare name such as redis means it on every broker; each broker's bare client always runs")
