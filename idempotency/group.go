@@ -276,6 +276,7 @@ type batcher struct {
 
 	// Owned by the flusher.
 	timer     *time.Timer
+	ctx       *batchContext // a finished batch context to reuse, or nil
 	batch     []*groupReq
 	keys      []Key
 	results   []ClaimResult
@@ -353,7 +354,11 @@ func (b *batcher) run() {
 func (b *batcher) flush() {
 	g := b.g
 	n := len(b.batch)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.batch[0].ctx), g.o.Timeout)
+	ctx := b.ctx
+	if ctx == nil {
+		ctx = new(batchContext)
+	}
+	ctx.reset(b.batch[0].ctx, time.Now().Add(g.o.Timeout))
 	var err error
 	if b.kind == opClaim {
 		b.keys = b.keys[:0]
@@ -406,7 +411,10 @@ func (b *batcher) flush() {
 		clear(b.errs)
 		b.abandoned = b.abandoned[:0]
 	}
-	cancel()
+	b.ctx = nil
+	if ctx.finish() {
+		b.ctx = ctx
+	}
 }
 
 // reply hands r's reply to its caller or, when the caller left, disposes

@@ -42,15 +42,19 @@ type counting struct {
 	entered   chan string      // non-nil: receives the method of each batch call on entry
 	fail      error            // non-nil: every batch call fails with it
 	released  chan idempotency.Claim
-	lenAtStop int // entries held when Close was called
+	lenAtStop int       // entries held when Close was called
+	lastValue any       // valueKey's value in the last batch call's context
+	lastDL    time.Time // the last batch call's deadline
 }
 
 func newCounting() *counting {
 	return &counting{Memory: idempotency.NewMemory(idempotency.Options{}), calls: map[string][]int{}}
 }
 
-func (c *counting) enter(method string, n int) error {
+func (c *counting) enter(ctx context.Context, method string, n int) error {
 	c.mu.Lock()
+	c.lastValue = ctx.Value(valueKey{})
+	c.lastDL, _ = ctx.Deadline()
 	c.calls[method] = append(c.calls[method], n)
 	gate, entered, fail := c.gate, c.entered, c.fail
 	c.mu.Unlock()
@@ -70,21 +74,21 @@ func (c *counting) sizes(method string) []int {
 }
 
 func (c *counting) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res []idempotency.ClaimResult) error {
-	if err := c.enter("TryClaimBatch", len(keys)); err != nil {
+	if err := c.enter(ctx, "TryClaimBatch", len(keys)); err != nil {
 		return err
 	}
 	return c.Memory.TryClaimBatch(ctx, keys, res)
 }
 
 func (c *counting) ConfirmBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
-	if err := c.enter("ConfirmBatch", len(claims)); err != nil {
+	if err := c.enter(ctx, "ConfirmBatch", len(claims)); err != nil {
 		return err
 	}
 	return c.Memory.ConfirmBatch(ctx, claims, errs)
 }
 
 func (c *counting) ReleaseBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
-	if err := c.enter("ReleaseBatch", len(claims)); err != nil {
+	if err := c.enter(ctx, "ReleaseBatch", len(claims)); err != nil {
 		return err
 	}
 	err := c.Memory.ReleaseBatch(ctx, claims, errs)
@@ -505,5 +509,30 @@ func TestGroupRace(t *testing.T) {
 	t.Logf("batch calls with more than one request: %d", grouped)
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+type valueKey struct{}
+
+// TestGroupBatchContext: the batch call sees the first request's context
+// values and the Timeout as its deadline, and no cancellation.
+func TestGroupBatchContext(t *testing.T) {
+	t.Parallel()
+	c := newCounting()
+	g := idempotency.Group(c, idempotency.GroupOptions{Timeout: time.Hour})
+	defer g.Close()
+	ctx := context.WithValue(testwait.Context(t, time.Minute), valueKey{}, "trace-1")
+	start := time.Now()
+	if _, _, err := g.TryClaim(ctx, key(1)); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	v, d := c.lastValue, c.lastDL
+	c.mu.Unlock()
+	if v != "trace-1" {
+		t.Fatalf("batch context value = %v, want the caller's", v)
+	}
+	if d.Before(start.Add(time.Hour)) || d.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("batch context deadline = %v; want the call plus one hour", d)
 	}
 }
