@@ -374,24 +374,24 @@ func TestMemoryClosed(t *testing.T) {
 func TestNewArguments(t *testing.T) {
 	t.Parallel()
 	if _, err := redismeta.New(nil, "p"); err == nil {
-		t.Error("NewRedis(nil) succeeded")
+		t.Error("redismeta.New(nil) succeeded")
 	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
 	if _, err := redismeta.New(c, ""); !errors.Is(err, metadata.ErrInvalidName) {
-		t.Errorf("NewRedis(empty prefix) = %v; want ErrInvalidName", err)
+		t.Errorf("redismeta.New(empty prefix) = %v; want ErrInvalidName", err)
 	}
 	for _, name := range []string{"", "1abc", "a.b.c", "a b", `a"b`, strings.Repeat("x", 64)} {
 		if _, err := pgmeta.New(&pgxpool.Pool{}, name); !errors.Is(err, metadata.ErrInvalidName) {
-			t.Errorf("NewPostgres(%q) = %v; want ErrInvalidName", name, err)
+			t.Errorf("pgmeta.New(%q) = %v; want ErrInvalidName", name, err)
 		}
 		if _, err := sqlitemeta.New(nil, name); err == nil {
-			t.Errorf("NewSQLite(nil, %q) succeeded", name)
+			t.Errorf("sqlitemeta.New(nil, %q) succeeded", name)
 		}
 	}
 	for _, name := range []string{"t", "public.t", "_x9", strings.Repeat("x", 63)} {
 		if _, err := pgmeta.New(&pgxpool.Pool{}, name); err != nil {
-			t.Errorf("NewPostgres(%q) = %v", name, err)
+			t.Errorf("pgmeta.New(%q) = %v", name, err)
 		}
 	}
 }
