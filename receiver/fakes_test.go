@@ -44,9 +44,9 @@ func parseID(id string) error {
 	return nil
 }
 
-func (a *fakeAudit) Check(consumer, dest, id string) (bitsetbin.Verdict, error) {
+func (a *fakeAudit) Check(consumer, dest, id string) (bitsetbin.Sighting, error) {
 	if err := parseID(id); err != nil {
-		return bitsetbin.New, err
+		return bitsetbin.FirstSeen, err
 	}
 	if strings.HasPrefix(id, "old") {
 		return bitsetbin.TooOld, nil
@@ -58,7 +58,7 @@ func (a *fakeAudit) Check(consumer, dest, id string) (bitsetbin.Verdict, error) 
 		return bitsetbin.Duplicate, nil
 	}
 	a.set[k] = true
-	return bitsetbin.New, nil
+	return bitsetbin.FirstSeen, nil
 }
 
 func (a *fakeAudit) Rollback(consumer, dest, id string) error {
