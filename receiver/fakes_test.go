@@ -202,11 +202,6 @@ func (s *fakeStore) held(c idempotency.Claim) (*fakeEntry, bool) {
 	return e, e != nil && !e.confirmed && e.owner == c.Token && e.expires.After(s.clock.Now())
 }
 
-func (s *fakeStore) Claim(ctx context.Context, k idempotency.Key) (idempotency.Claim, bool, error) {
-	out, c, err := s.TryClaim(ctx, k)
-	return c, out == idempotency.Claimed, err
-}
-
 func (s *fakeStore) Confirm(ctx context.Context, c idempotency.Claim) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

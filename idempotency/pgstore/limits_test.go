@@ -54,7 +54,7 @@ func TestPostgresLongestVerbatimKey(t *testing.T) {
 	}
 	for _, id := range []string{letters(pgstore.MaxKeyLength - len("ns/")), letters(10_000)} {
 		k := idempotency.Key{Namespace: "ns", ID: id}
-		c, ok, err := p.Claim(ctx, k)
+		c, ok, err := pgstore.Claim(ctx, p, k)
 		if err != nil || !ok {
 			t.Fatalf("Claim of a %d-byte key: %v, %v", len(id), ok, err)
 		}

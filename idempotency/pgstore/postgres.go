@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
@@ -371,10 +372,10 @@ func openPostgresURL(ctx context.Context, rawURL string, o idempotency.Options) 
 	return p, nil
 }
 
-// Claim takes the key with one upsert: inserted when new, taken over in
+// claim takes the key with one upsert (the atomic two-state claim): inserted when new, taken over in
 // place when the old claim or confirmation expired. ok is false when the
 // key holds a live claim or a retained confirmation.
-func (p *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
+func (p *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
 	if err := p.begin(ctx); err != nil {
 		return idempotency.Claim{}, false, err
 	}
@@ -382,7 +383,7 @@ func (p *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Cla
 	if err != nil {
 		return idempotency.Claim{}, false, err
 	}
-	token := idempotency.NewToken()
+	token := claimkit.NewToken()
 	var expires time.Time
 	err = p.pool.QueryRow(ctx, p.sqlClaim, sk, token, p.claimUS).Scan(&expires)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -405,7 +406,7 @@ func (p *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 	if err != nil {
 		return 0, idempotency.Claim{}, err
 	}
-	token := idempotency.NewToken()
+	token := claimkit.NewToken()
 	var (
 		outcome string
 		expires *time.Time

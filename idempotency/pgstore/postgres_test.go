@@ -267,7 +267,7 @@ func TestPostgresRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := p.Claim(ctx, key); err != nil {
+		if _, _, err := pgstore.Claim(ctx, p, key); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := p.IsConfirmed(ctx, key); err != nil {
@@ -292,7 +292,7 @@ func TestPostgresRoundTrips(t *testing.T) {
 			{"Confirm", func() { err = p.Confirm(ctx, c) }},
 			{"TryClaim(confirmed)", func() { out, _, err = p.TryClaim(ctx, key) }},
 			{"IsConfirmed", func() { ok, err = p.IsConfirmed(ctx, key) }},
-			{"Claim(other)", func() { c, ok, err = p.Claim(ctx, idempotency.Key{Namespace: "rt2", ID: key.ID}) }},
+			{"Claim(other)", func() { c, ok, err = pgstore.Claim(ctx, p, idempotency.Key{Namespace: "rt2", ID: key.ID}) }},
 			{"Release", func() { err = p.Release(ctx, c) }},
 		}
 		for _, st := range steps {
@@ -574,7 +574,7 @@ func TestPostgresUnreachable(t *testing.T) {
 	if out, _, err := p.TryClaim(ctx, key); err == nil {
 		t.Errorf("TryClaim = %v, want an error", out)
 	}
-	if _, ok, err := p.Claim(ctx, key); err == nil {
+	if _, ok, err := pgstore.Claim(ctx, p, key); err == nil {
 		t.Errorf("Claim = %v, want an error", ok)
 	}
 	if ok, err := p.IsConfirmed(ctx, key); err == nil {
@@ -649,7 +649,7 @@ func TestPostgresCancelled(t *testing.T) {
 	c := idempotency.Claim{Key: key, Token: "t"}
 	errs := map[string]error{}
 	_, _, errs["TryClaim"] = p.TryClaim(ctx, key)
-	_, _, errs["Claim"] = p.Claim(ctx, key)
+	_, _, errs["Claim"] = pgstore.Claim(ctx, p, key)
 	_, errs["IsConfirmed"] = p.IsConfirmed(ctx, key)
 	errs["Confirm"] = p.Confirm(ctx, c)
 	errs["Release"] = p.Release(ctx, c)
@@ -765,7 +765,7 @@ func TestPostgresHungServer(t *testing.T) {
 	c := idempotency.Claim{Key: key, Token: "t"}
 	ops := map[string]func(ctx context.Context) error{
 		"TryClaim":    func(ctx context.Context) error { _, _, err := p.TryClaim(ctx, key); return err },
-		"Claim":       func(ctx context.Context) error { _, _, err := p.Claim(ctx, key); return err },
+		"Claim":       func(ctx context.Context) error { _, _, err := pgstore.Claim(ctx, p, key); return err },
 		"IsConfirmed": func(ctx context.Context) error { _, err := p.IsConfirmed(ctx, key); return err },
 		"Confirm":     func(ctx context.Context) error { return p.Confirm(ctx, c) },
 		"Release":     func(ctx context.Context) error { return p.Release(ctx, c) },

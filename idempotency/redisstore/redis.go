@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
@@ -246,9 +247,10 @@ func splitRedisURL(rawURL string) (clean, prefix string, err error) {
 	return clean, prefix, nil
 }
 
-// Claim takes the key with SET NX PX claim TTL. ok is false when the key is
+// claim takes the key with SET NX PX claim TTL (the atomic two-state claim,
+// for claimkit.TryClaim and the tests). ok is false when the key is
 // claimed or confirmed.
-func (s *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
+func (s *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
 	if err := s.begin(ctx); err != nil {
 		return idempotency.Claim{}, false, err
 	}
@@ -256,7 +258,7 @@ func (s *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Cla
 	if err != nil {
 		return idempotency.Claim{}, false, err
 	}
-	token := idempotency.NewToken()
+	token := claimkit.NewToken()
 	start := time.Now()
 	ok, err := s.client.SetNX(ctx, sk, redisClaimPrefix+token, time.Duration(s.claimMS)*time.Millisecond).Result()
 	if err != nil {
@@ -278,7 +280,7 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 	if err != nil {
 		return 0, idempotency.Claim{}, err
 	}
-	token := idempotency.NewToken()
+	token := claimkit.NewToken()
 	start := time.Now()
 	res, err := redisTryClaim.Run(ctx, s.client, []string{sk}, redisClaimPrefix+token, s.claimMS).Int64()
 	if err != nil {

@@ -213,7 +213,7 @@ func TestRedisRoundTrips(t *testing.T) {
 		}
 		other := idempotency.Key{Namespace: "rt2", ID: fmt.Sprint("m-", i)}
 		var ok bool
-		if n := count(func() { c, ok, err = s.Claim(ctx, other) }); n != 1 || err != nil || !ok {
+		if n := count(func() { c, ok, err = redisstore.Claim(ctx, s, other) }); n != 1 || err != nil || !ok {
 			t.Fatalf("Claim: %d round trips, ok=%v, err=%v", n, ok, err)
 		}
 		if n := count(func() { err = s.Release(ctx, c) }); n != 1 || err != nil {
@@ -345,7 +345,7 @@ func TestRedisUnreachable(t *testing.T) {
 	if out, _, err := s.TryClaim(ctx, key); err == nil {
 		t.Errorf("TryClaim on a closed port = %v, want an error", out)
 	}
-	if _, ok, err := s.Claim(ctx, key); err == nil {
+	if _, ok, err := redisstore.Claim(ctx, s, key); err == nil {
 		t.Errorf("Claim on a closed port = %v, want an error", ok)
 	}
 	if ok, err := s.IsConfirmed(ctx, key); err == nil {
@@ -409,7 +409,7 @@ func TestRedisCancelled(t *testing.T) {
 	if _, _, err := s.TryClaim(ctx, key); !errors.Is(err, context.Canceled) {
 		t.Errorf("TryClaim: %v", err)
 	}
-	if _, _, err := s.Claim(ctx, key); !errors.Is(err, context.Canceled) {
+	if _, _, err := redisstore.Claim(ctx, s, key); !errors.Is(err, context.Canceled) {
 		t.Errorf("Claim: %v", err)
 	}
 	if _, err := s.IsConfirmed(ctx, key); !errors.Is(err, context.Canceled) {
@@ -681,7 +681,7 @@ func TestRedisHungServer(t *testing.T) {
 	c := idempotency.Claim{Key: key, Token: "t"}
 	ops := map[string]func(ctx context.Context) error{
 		"TryClaim":    func(ctx context.Context) error { _, _, err := s.TryClaim(ctx, key); return err },
-		"Claim":       func(ctx context.Context) error { _, _, err := s.Claim(ctx, key); return err },
+		"Claim":       func(ctx context.Context) error { _, _, err := redisstore.Claim(ctx, s, key); return err },
 		"IsConfirmed": func(ctx context.Context) error { _, err := s.IsConfirmed(ctx, key); return err },
 		"Confirm":     func(ctx context.Context) error { return s.Confirm(ctx, c) },
 		"Release":     func(ctx context.Context) error { return s.Release(ctx, c) },

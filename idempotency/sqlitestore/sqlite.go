@@ -11,6 +11,7 @@ import (
 	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 )
 
 // Table is the table an SQLite store keeps its keys in.
@@ -205,7 +206,7 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 	}
 	now := s.o.Clock.Now()
 	nowN := now.UnixNano()
-	tok := idempotency.NewToken()
+	tok := claimkit.NewToken()
 	sk := key.StorageKey(s.o.MaxKeyLength)
 	// Fast path: a live row answers without a transaction. The answer is
 	// as fresh as any (it describes the key at the moment of the read).
@@ -251,13 +252,6 @@ func stateOutcome(state string) idempotency.Outcome {
 		return idempotency.AlreadyConfirmed
 	}
 	return idempotency.InProgress
-}
-
-// Claim takes a lease on key; ok is false when the key is claimed by
-// someone else or confirmed.
-func (s *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
-	o, c, err := s.TryClaim(ctx, key)
-	return c, o == idempotency.Claimed, err
 }
 
 // update runs one conditional statement on a held claim and maps "no row
