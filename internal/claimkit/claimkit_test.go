@@ -28,7 +28,7 @@ func (s memTwoState) Claim(ctx context.Context, k idempotency.Key) (idempotency.
 type twoStateStore struct{ *idempotency.Memory }
 
 func (s twoStateStore) TryClaim(ctx context.Context, k idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
-	return claimkit.TryClaim(ctx, memTwoState{s.Memory}, k)
+	return claimkit.TryClaim(ctx, memTwoState(s), k)
 }
 
 func TestTryClaimConformance(t *testing.T) {
