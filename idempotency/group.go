@@ -61,9 +61,9 @@ func (o GroupOptions) Validate() error {
 // batch, of at most MaxBatch requests, sent when the previous one has
 // returned (after Linger, when set). A flusher goroutine runs only while
 // requests are queued or in flight, so an idle Group holds no goroutine
-// and needs no Close to release one. Claim is TryClaim's answer; Renew and
-// IsConfirmed go straight to s. Close stops accepting calls (they return
-// ErrClosed), waits until every queued request is answered, then closes s.
+// and needs no Close to release one. Renew and IsConfirmed go straight
+// to s. Close stops accepting calls (they return ErrClosed), waits until
+// every queued request is answered, then closes s.
 //
 // A caller whose context ends while its request waits gets the context's
 // error at once. The batch call itself is not cancelled (it serves other
@@ -198,12 +198,6 @@ func (g *groupStore) TryClaim(ctx context.Context, key Key) (Outcome, Claim, err
 	out, c, err := r.out, r.res, r.err
 	g.put(r)
 	return out, c, err
-}
-
-// Claim is TryClaim reduced to whether the claim was taken.
-func (g *groupStore) Claim(ctx context.Context, key Key) (Claim, bool, error) {
-	out, c, err := g.TryClaim(ctx, key)
-	return c, out == Claimed, err
 }
 
 // Confirm queues a confirm of c and waits for its batch.

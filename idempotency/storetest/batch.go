@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/testwait"
 )
 
@@ -211,7 +212,7 @@ func (s *suite) testBatchClaimLost(t *testing.T) {
 	c3 := e.tryClaim(k3, idempotency.Claimed)
 	c4 := e.tryClaim(k4, idempotency.Claimed)
 	expectErr(t, "Release m2", e.s.Release(e.ctx, c2), nil)
-	forged := idempotency.Claim{Key: k4, Token: idempotency.NewToken(), Expires: c4.Expires}
+	forged := idempotency.Claim{Key: k4, Token: claimkit.NewToken(), Expires: c4.Expires}
 	foreign := idempotency.Claim{Key: k4, Token: c3.Token, Expires: c4.Expires}
 	wantErrs(t, "ConfirmBatch", e.settleBatch(true, c1, c2, forged, c3, foreign),
 		[]error{nil, idempotency.ErrClaimLost, idempotency.ErrClaimLost, nil, idempotency.ErrClaimLost})
@@ -399,7 +400,7 @@ func (s *suite) testBatchUnreachable(t *testing.T) {
 	defer cancel()
 	ns := "storetest-" + randHex(6)
 	k1, k2 := idempotency.Key{Namespace: ns, ID: "m1"}, idempotency.Key{Namespace: ns, ID: "m2"}
-	c := idempotency.Claim{Key: k1, Token: idempotency.NewToken(), Expires: time.Now().Add(time.Minute)}
+	c := idempotency.Claim{Key: k1, Token: claimkit.NewToken(), Expires: time.Now().Add(time.Minute)}
 	notVerdict := func(op string, err error) {
 		t.Helper()
 		if err == nil {
@@ -447,8 +448,8 @@ func (s *suite) testBatchModel(t *testing.T) {
 		keys := []idempotency.Key{{Namespace: ns, ID: "a"}, {Namespace: ns, ID: "b"}, {Namespace: ns, ID: "c"}, {Namespace: ns}}
 		model := map[idempotency.Key]entry{}
 		var claims []idempotency.Claim // every claim handed out, stale ones too, and a forged one
-		claims = append(claims, idempotency.Claim{Key: keys[0], Token: idempotency.NewToken()},
-			idempotency.Claim{Key: keys[3], Token: idempotency.NewToken()})
+		claims = append(claims, idempotency.Claim{Key: keys[0], Token: claimkit.NewToken()},
+			idempotency.Claim{Key: keys[3], Token: claimkit.NewToken()})
 		ctx := e.ctx
 		now := func() time.Time {
 			if e.clock != nil {
