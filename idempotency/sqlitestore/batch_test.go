@@ -118,7 +118,9 @@ func TestSQLiteBatchMatchesSingleCalls(t *testing.T) {
 	})
 }
 
-func itoa(i int) string { return string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26)) }
+func itoa(i int) string {
+	return string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26))
+}
 
 // TestSQLiteBatchLengths: result slices of the wrong length fail the call
 // before it touches the file; empty batches succeed.
