@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func TestSQLiteBatchMatchesSingleCalls(t *testing.T) {
 	run := 0
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
-		ns := "run" + itoa(run)
+		ns := "run" + strconv.Itoa(run)
 		keys := []idempotency.Key{{Namespace: ns, ID: "a"}, {Namespace: ns, ID: "b"}, {Namespace: ns, ID: "c"}, {Namespace: ns}}
 		// pairs[i] is one claim as each store handed it out.
 		type pair struct{ got, want idempotency.Claim }
@@ -116,10 +117,6 @@ func TestSQLiteBatchMatchesSingleCalls(t *testing.T) {
 			}
 		}
 	})
-}
-
-func itoa(i int) string {
-	return string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26))
 }
 
 // TestSQLiteBatchLengths: result slices of the wrong length fail the call

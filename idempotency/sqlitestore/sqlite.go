@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -99,8 +100,14 @@ type Store struct {
 	sync   Synchronous
 	closed atomic.Bool
 
-	begin, commit, rollback                                           *sql.Stmt
-	claimIfFree, stateOf, confirm, release, renew, isConfirmed, purge *sql.Stmt
+	begin, commit, rollback                                           *stmt
+	claimIfFree, stateOf, confirm, release, renew, isConfirmed, purge *stmt
+	// Used only while holding sem: the statements' argument and result
+	// buffers, and the body run's Raw callback calls.
+	args [4]driver.NamedValue
+	dest [1]driver.Value
+	body func() error
+	raw  func(any) error
 }
 
 var (
@@ -176,8 +183,16 @@ func (s *Store) init(ctx context.Context) error {
 	if want := int(s.sync); sync != want {
 		return fmt.Errorf("synchronous is %d, not %d (%s)", sync, want, s.sync)
 	}
+	s.raw = func(any) error { return s.body() }
+	return conn.Raw(func(dc any) error {
+		return s.prepareAll(ctx, dc)
+	})
+}
+
+// prepareAll prepares the store's statements on the driver connection.
+func (s *Store) prepareAll(ctx context.Context, dc any) error {
 	for _, p := range []struct {
-		stmt **sql.Stmt
+		stmt **stmt
 		sql  string
 	}{
 		{&s.begin, "BEGIN IMMEDIATE"},
@@ -191,7 +206,7 @@ func (s *Store) init(ctx context.Context) error {
 		{&s.isConfirmed, sqliteIsConfirmed},
 		{&s.purge, sqlitePurge},
 	} {
-		st, err := conn.PrepareContext(ctx, p.sql)
+		st, err := s.prepare(ctx, dc, p.sql)
 		if err != nil {
 			return err
 		}
@@ -247,9 +262,9 @@ func (s *Store) fail(ctx context.Context, op string, err error) error {
 }
 
 // beginTx starts an IMMEDIATE transaction: it waits for the write lock
-// (under busy_timeout, given up when ctx ends). The connection is held.
+// (under busy_timeout, given up when ctx ends). Inside Store.run only.
 func (s *Store) beginTx(ctx context.Context, op string) error {
-	if _, err := s.begin.ExecContext(ctx); err != nil {
+	if _, err := s.begin.exec(ctx); err != nil {
 		s.abort()
 		return s.fail(ctx, op, err)
 	}
@@ -259,7 +274,7 @@ func (s *Store) beginTx(ctx context.Context, op string) error {
 // commitTx commits the transaction beginTx started; on error it rolls
 // back, so the transaction changed nothing.
 func (s *Store) commitTx(ctx context.Context, op string) error {
-	if _, err := s.commit.ExecContext(bg); err != nil {
+	if _, err := s.commit.exec(bg); err != nil {
 		s.abort()
 		return s.fail(ctx, op, err)
 	}
@@ -275,41 +290,49 @@ func (s *Store) abortTx(ctx context.Context, op string, err error) error {
 
 // abort rolls back whatever transaction is open; without one ROLLBACK
 // fails harmlessly.
-func (s *Store) abort() { _, _ = s.rollback.ExecContext(bg) }
+func (s *Store) abort() { _, _ = s.rollback.exec(bg) }
+
+// liveState reads the state of sk's live row at nowN, or errNoRow.
+func (s *Store) liveState(sk string, nowN int64) (string, error) {
+	v, err := s.stateOf.queryRow(bg, sk, nowN)
+	if err != nil {
+		return "", err
+	}
+	return text(v)
+}
 
 // TryClaim claims key if it is free, in one transaction; otherwise it
 // reports AlreadyConfirmed or InProgress.
-func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
+func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (out idempotency.Outcome, c idempotency.Claim, err error) {
 	if err := s.check(ctx); err != nil {
 		return 0, idempotency.Claim{}, err
 	}
 	if err := key.Validate(); err != nil {
 		return 0, idempotency.Claim{}, err
 	}
-	if err := s.lock(ctx); err != nil {
-		return 0, idempotency.Claim{}, err
-	}
-	defer s.unlock()
-	now := s.o.Clock.Now()
-	nowN := now.UnixNano()
-	sk := key.StorageKey(s.o.MaxKeyLength)
-	// Fast path: a live row answers without a transaction. The answer is
-	// as fresh as any (it describes the key at the moment of the read).
-	var state string
-	switch err := s.stateOf.QueryRowContext(bg, sk, nowN).Scan(&state); {
-	case err == nil:
-		return stateOutcome(state), idempotency.Claim{}, nil
-	case !errors.Is(err, sql.ErrNoRows):
-		return 0, idempotency.Claim{}, s.fail(ctx, "try-claim", err)
-	}
-	if err := s.beginTx(ctx, "try-claim"); err != nil {
-		return 0, idempotency.Claim{}, err
-	}
-	out, c, err := s.claimInTx(key, sk, now)
+	err = s.run(ctx, func() error {
+		now := s.o.Clock.Now()
+		sk := key.StorageKey(s.o.MaxKeyLength)
+		// Fast path: a live row answers without a transaction. The
+		// answer is as fresh as any (it describes the key at the moment
+		// of the read).
+		switch state, err := s.liveState(sk, now.UnixNano()); {
+		case err == nil:
+			out = stateOutcome(state)
+			return nil
+		case !errors.Is(err, errNoRow):
+			return s.fail(ctx, "try-claim", err)
+		}
+		if err := s.beginTx(ctx, "try-claim"); err != nil {
+			return err
+		}
+		var err error
+		if out, c, err = s.claimInTx(key, sk, now); err != nil {
+			return s.abortTx(ctx, "try-claim", err)
+		}
+		return s.commitTx(ctx, "try-claim")
+	})
 	if err != nil {
-		return 0, idempotency.Claim{}, s.abortTx(ctx, "try-claim", err)
-	}
-	if err := s.commitTx(ctx, "try-claim"); err != nil {
 		return 0, idempotency.Claim{}, err
 	}
 	return out, c, nil
@@ -320,20 +343,20 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 func (s *Store) claimInTx(key idempotency.Key, sk string, now time.Time) (idempotency.Outcome, idempotency.Claim, error) {
 	nowN := now.UnixNano()
 	tok := idempotency.NewToken()
-	var owner string
-	err := s.claimIfFree.QueryRowContext(bg, sk, tok, addNanos(nowN, s.o.ClaimTTL), nowN).Scan(&owner)
+	v, err := s.claimIfFree.queryRow(bg, sk, tok, addNanos(nowN, s.o.ClaimTTL), nowN)
 	switch {
-	case err == nil && owner == tok:
-		return idempotency.Claimed, idempotency.Claim{Key: key, Token: tok, Expires: now.Add(s.o.ClaimTTL)}, nil
 	case err == nil:
-		return 0, idempotency.Claim{}, fmt.Errorf("upsert returned owner %q, not the new token", owner)
-	case !errors.Is(err, sql.ErrNoRows):
+		if owner, err := text(v); err != nil || owner != tok {
+			return 0, idempotency.Claim{}, fmt.Errorf("upsert returned owner %v (%v), not the new token", v, err)
+		}
+		return idempotency.Claimed, idempotency.Claim{Key: key, Token: tok, Expires: now.Add(s.o.ClaimTTL)}, nil
+	case !errors.Is(err, errNoRow):
 		return 0, idempotency.Claim{}, err
 	}
-	var state string
-	if err := s.stateOf.QueryRowContext(bg, sk, nowN).Scan(&state); err != nil {
-		// ErrNoRows cannot happen: the row exists and is live, or the
-		// upsert would have taken it, and the write lock is held.
+	// errNoRow cannot happen here: the row exists and is live, or the
+	// upsert would have taken it, and the write lock is held.
+	state, err := s.liveState(sk, nowN)
+	if err != nil {
 		return 0, idempotency.Claim{}, err
 	}
 	return stateOutcome(state), idempotency.Claim{}, nil
@@ -362,25 +385,23 @@ func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 	if valid == 0 {
 		return nil
 	}
-	if err := s.lock(ctx); err != nil {
-		return err
-	}
-	defer s.unlock()
-	if err := s.beginTx(ctx, "try-claim batch"); err != nil {
-		return err
-	}
-	now := s.o.Clock.Now()
-	for i, k := range keys {
-		if res[i].Err != nil {
-			continue
+	return s.run(ctx, func() error {
+		if err := s.beginTx(ctx, "try-claim batch"); err != nil {
+			return err
 		}
-		out, c, err := s.claimInTx(k, k.StorageKey(s.o.MaxKeyLength), now)
-		if err != nil {
-			return s.abortTx(ctx, "try-claim batch", err)
+		now := s.o.Clock.Now()
+		for i, k := range keys {
+			if res[i].Err != nil {
+				continue
+			}
+			out, c, err := s.claimInTx(k, k.StorageKey(s.o.MaxKeyLength), now)
+			if err != nil {
+				return s.abortTx(ctx, "try-claim batch", err)
+			}
+			res[i] = idempotency.ClaimResult{Outcome: out, Claim: c}
 		}
-		res[i] = idempotency.ClaimResult{Outcome: out, Claim: c}
-	}
-	return s.commitTx(ctx, "try-claim batch")
+		return s.commitTx(ctx, "try-claim batch")
+	})
 }
 
 // stateOutcome is TryClaim's answer for a live row in state.
@@ -403,24 +424,20 @@ func (s *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Cla
 // with an invalid key or no token gets its error without a statement.
 // The returned verdict is the claim's own; err is a failure of the
 // statement, which fails the transaction.
-func (s *Store) held(st *sql.Stmt, c idempotency.Claim, nowN, expires int64) (verdict, err error) {
+func (s *Store) held(st *stmt, c idempotency.Claim, nowN, expires int64) (verdict, err error) {
 	if err := c.Key.Validate(); err != nil {
 		return err, nil
 	}
 	if c.Token == "" {
 		return idempotency.ErrClaimLost, nil
 	}
-	var res sql.Result
+	var n int64
 	sk := c.Key.StorageKey(s.o.MaxKeyLength)
 	if st == s.release {
-		res, err = st.ExecContext(bg, sk, c.Token, nowN)
+		n, err = st.exec(bg, sk, c.Token, nowN)
 	} else {
-		res, err = st.ExecContext(bg, sk, c.Token, nowN, expires)
+		n, err = st.exec(bg, sk, c.Token, nowN, expires)
 	}
-	if err != nil {
-		return nil, err
-	}
-	n, err := res.RowsAffected()
 	if err != nil {
 		return nil, err
 	}
@@ -431,7 +448,7 @@ func (s *Store) held(st *sql.Stmt, c idempotency.Claim, nowN, expires int64) (ve
 }
 
 // update runs st on one held claim in its own transaction.
-func (s *Store) update(ctx context.Context, op string, st *sql.Stmt, c idempotency.Claim, nowN, expires int64) error {
+func (s *Store) update(ctx context.Context, op string, st *stmt, c idempotency.Claim, nowN, expires int64) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -441,18 +458,18 @@ func (s *Store) update(ctx context.Context, op string, st *sql.Stmt, c idempoten
 	if c.Token == "" {
 		return idempotency.ErrClaimLost
 	}
-	if err := s.lock(ctx); err != nil {
-		return err
-	}
-	defer s.unlock()
-	if err := s.beginTx(ctx, op); err != nil {
-		return err
-	}
-	verdict, err := s.held(st, c, nowN, expires)
+	var verdict error
+	err := s.run(ctx, func() error {
+		if err := s.beginTx(ctx, op); err != nil {
+			return err
+		}
+		var err error
+		if verdict, err = s.held(st, c, nowN, expires); err != nil {
+			return s.abortTx(ctx, op, err)
+		}
+		return s.commitTx(ctx, op)
+	})
 	if err != nil {
-		return s.abortTx(ctx, op, err)
-	}
-	if err := s.commitTx(ctx, op); err != nil {
 		return err
 	}
 	return verdict
@@ -460,7 +477,7 @@ func (s *Store) update(ctx context.Context, op string, st *sql.Stmt, c idempoten
 
 // updateBatch runs st on every claim in one transaction; errs[i] is
 // claims[i]'s own verdict.
-func (s *Store) updateBatch(ctx context.Context, op string, st *sql.Stmt, claims []idempotency.Claim, errs []error, nowN, expires int64) error {
+func (s *Store) updateBatch(ctx context.Context, op string, st *stmt, claims []idempotency.Claim, errs []error, nowN, expires int64) error {
 	if len(errs) != len(claims) {
 		return fmt.Errorf("idempotency: sqlite %s: %d results for %d claims", op, len(errs), len(claims))
 	}
@@ -470,21 +487,19 @@ func (s *Store) updateBatch(ctx context.Context, op string, st *sql.Stmt, claims
 	if len(claims) == 0 {
 		return nil
 	}
-	if err := s.lock(ctx); err != nil {
-		return err
-	}
-	defer s.unlock()
-	if err := s.beginTx(ctx, op); err != nil {
-		return err
-	}
-	for i, c := range claims {
-		verdict, err := s.held(st, c, nowN, expires)
-		if err != nil {
-			return s.abortTx(ctx, op, err)
+	return s.run(ctx, func() error {
+		if err := s.beginTx(ctx, op); err != nil {
+			return err
 		}
-		errs[i] = verdict
-	}
-	return s.commitTx(ctx, op)
+		for i, c := range claims {
+			verdict, err := s.held(st, c, nowN, expires)
+			if err != nil {
+				return s.abortTx(ctx, op, err)
+			}
+			errs[i] = verdict
+		}
+		return s.commitTx(ctx, op)
+	})
 }
 
 // Confirm marks the work finished and remembers it for the retention
@@ -538,16 +553,20 @@ func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 	if err := key.Validate(); err != nil {
 		return false, err
 	}
-	if err := s.lock(ctx); err != nil {
-		return false, err
-	}
-	defer s.unlock()
 	var ok bool
-	err := s.isConfirmed.QueryRowContext(bg, key.StorageKey(s.o.MaxKeyLength), s.o.Clock.Now().UnixNano()).Scan(&ok)
-	if err != nil {
-		return false, s.fail(ctx, "is-confirmed", err)
-	}
-	return ok, nil
+	err := s.run(ctx, func() error {
+		v, err := s.isConfirmed.queryRow(bg, key.StorageKey(s.o.MaxKeyLength), s.o.Clock.Now().UnixNano())
+		if err != nil {
+			return s.fail(ctx, "is-confirmed", err)
+		}
+		n, isInt := v.(int64)
+		if !isInt {
+			return s.fail(ctx, "is-confirmed", fmt.Errorf("column value %T, want an integer", v))
+		}
+		ok = n != 0
+		return nil
+	})
+	return ok, err
 }
 
 // Purge deletes expired claims and confirmations, at most batch rows per
@@ -566,11 +585,21 @@ func (s *Store) Purge(ctx context.Context, batch int) (int64, error) {
 	nowN := s.o.Clock.Now().UnixNano()
 	var total int64
 	for {
-		n, err := s.purgeOnce(ctx, nowN, batch)
-		total += n
+		var n int64
+		err := s.run(ctx, func() error {
+			if err := s.beginTx(ctx, "purge"); err != nil {
+				return err
+			}
+			var err error
+			if n, err = s.purge.exec(bg, nowN, int64(batch)); err != nil {
+				return s.abortTx(ctx, "purge", err)
+			}
+			return s.commitTx(ctx, "purge")
+		})
 		if err != nil {
 			return total, err
 		}
+		total += n
 		if n < int64(batch) {
 			return total, nil
 		}
@@ -578,29 +607,6 @@ func (s *Store) Purge(ctx context.Context, batch int) (int64, error) {
 			return total, err
 		}
 	}
-}
-
-// purgeOnce deletes up to batch expired rows in one transaction.
-func (s *Store) purgeOnce(ctx context.Context, nowN int64, batch int) (int64, error) {
-	if err := s.lock(ctx); err != nil {
-		return 0, err
-	}
-	defer s.unlock()
-	if err := s.beginTx(ctx, "purge"); err != nil {
-		return 0, err
-	}
-	res, err := s.purge.ExecContext(bg, nowN, batch)
-	if err != nil {
-		return 0, s.abortTx(ctx, "purge", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, s.abortTx(ctx, "purge", err)
-	}
-	if err := s.commitTx(ctx, "purge"); err != nil {
-		return 0, err
-	}
-	return n, nil
 }
 
 // Close waits for the operation in progress, if any, and closes the
@@ -611,7 +617,17 @@ func (s *Store) Close() error {
 	}
 	s.sem <- struct{}{}
 	defer s.unlock()
-	err := s.conn.Close()
+	err := s.conn.Raw(func(any) error {
+		for _, st := range []*stmt{s.begin, s.commit, s.rollback, s.claimIfFree, s.stateOf, s.confirm, s.release, s.renew, s.isConfirmed, s.purge} {
+			if st != nil {
+				_ = st.ds.Close()
+			}
+		}
+		return nil
+	})
+	if e := s.conn.Close(); err == nil {
+		err = e
+	}
 	if e := s.db.Close(); err == nil {
 		err = e
 	}
