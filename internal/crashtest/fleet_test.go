@@ -81,7 +81,8 @@ func (r fleetResult) String() string {
 // once: nothing lost, nothing applied twice, the queue and the dead-letter
 // queues empty. With the Redis store it requires nothing lost and reports
 // the keys applied twice and their cause (the store lives outside the
-// ledger's database). Each configuration also runs one process alone,
+// ledger's database). STOMP (ActiveMQ) runs both, AMQP (RabbitMQ) the
+// inbox. Each configuration also runs one process alone,
 // without kills, for the throughput the fleet is compared with. It runs
 // when MSGAUDIT_CRASH_EXTENDED=1.
 func TestFleet(t *testing.T) {
@@ -96,6 +97,7 @@ func TestFleet(t *testing.T) {
 	}{
 		{"stomp-inbox-postgres", STOMP, StoreInbox},
 		{"stomp-redis-store", STOMP, StoreRedis},
+		{"amqp-inbox-postgres", AMQP, StoreInbox},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var storeURL string
