@@ -96,6 +96,8 @@ type Store struct {
 	index string // quoted, unqualified
 
 	sqlClaim, sqlTryClaim, sqlConfirm, sqlRelease, sqlRenew, sqlIsConfirmed, sqlPurge string
+
+	sqlTryClaimBatch, sqlConfirmBatch, sqlReleaseBatch string
 }
 
 // New returns a store on table in pool. table is a plain identifier
@@ -139,6 +141,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Op
 		index:    pgx.Identifier{m[2] + postgresIndexSuffix}.Sanitize(),
 	}
 	p.buildSQL()
+	p.buildBatchSQL()
 	return p, nil
 }
 
