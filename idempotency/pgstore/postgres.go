@@ -68,7 +68,10 @@ var postgresTempSchemaRE = regexp.MustCompile(`(?i)^pg_(toast_)?temp(_[0-9]+)?$`
 // Round trips: every operation is one SQL statement, so one round trip on a
 // connection that has already prepared it (pgx's default statement cache
 // prepares each statement once per connection, which costs one extra round
-// trip the first time).
+// trip the first time). The batch methods of idempotency.BatchStore
+// (TryClaimBatch, ConfirmBatch, ReleaseBatch) are one statement each too,
+// over arrays of keys, so a batch costs one round trip and at most one
+// commit flush whatever its size.
 //
 // Cost: a claim and a confirm each commit a write, so a pair waits for two
 // WAL flushes; on one connection that, not the SQL, bounds the rate (see
