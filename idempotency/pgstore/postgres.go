@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/pgpooler"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
@@ -592,9 +593,11 @@ func (p *Store) storageKey(key idempotency.Key) (string, error) {
 	return key.StorageKey(p.o.MaxKeyLength), nil
 }
 
-// opError wraps a pgx error. When ctx ended, the context's error is the
+// opError wraps a pgx error, with a hint when a transaction-mode pooler
+// broke pgx's statement cache (see internal/pgpooler). When ctx ended, the context's error is the
 // cause so callers can match it with errors.Is.
 func (p *Store) opError(ctx context.Context, op string, err error) error {
+	err = pgpooler.Explain(err)
 	if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("idempotency: postgres %s: %w (%v)", op, ctxErr, err)
 	}
