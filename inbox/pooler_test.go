@@ -24,17 +24,19 @@ import (
 // now and then: the delivery's work rolls back and it is requeued.
 var errPoolerHandler = errors.New("handler failed on purpose")
 
-// poolerDB opens database/sql on rawURL through pgx (with
-// default_query_exec_mode=exec added), at most maxOpen connections, and
+// poolerDB opens database/sql on rawURL through pgx (with mode as the
+// default query mode unless it is zero), at most maxOpen connections, and
 // creates an effects table; it returns the db, the effects table and a
 // fresh inbox table name. The tables are dropped at cleanup.
-func poolerDB(t *testing.T, rawURL string, maxOpen int) (db *sql.DB, fx, table string) {
+func poolerDB(t *testing.T, rawURL string, mode pgx.QueryExecMode, maxOpen int) (db *sql.DB, fx, table string) {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	if mode != 0 {
+		cfg.DefaultQueryExecMode = mode
+	}
 	db = stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(maxOpen)
 	suffix := randHex(4)
@@ -59,12 +61,16 @@ func poolerDB(t *testing.T, rawURL string, maxOpen int) (db *sql.DB, fx, table s
 // poolerRun is one exactly-once run's outcome.
 type poolerRun struct {
 	deliveries, acks, duplicates, requeues, errors atomic.Int64
+
+	mu      sync.Mutex
+	newAcks map[string]int // acknowledgements of a handler's committed work, by key
 }
 
 // poolerDeliver delivers every key copies times from workers goroutines
 // through process, in random order, handing every requeued delivery back
-// until each one is acknowledged or ctx ends. A dead letter fails the test.
-func poolerDeliver(t *testing.T, ctx context.Context, keys []string, copies, workers int, process func(ctx context.Context, m *receiver.Message) receiver.Result) *poolerRun {
+// until each one is acknowledged or ctx ends; onResult, when not nil, sees
+// every result. A dead letter fails the test.
+func poolerDeliver(t *testing.T, ctx context.Context, keys []string, copies, workers int, process func(ctx context.Context, m *receiver.Message) receiver.Result, onResult func(receiver.Result)) *poolerRun {
 	t.Helper()
 	var all []string
 	for range copies {
@@ -76,7 +82,7 @@ func poolerDeliver(t *testing.T, ctx context.Context, keys []string, copies, wor
 		queue <- k
 	}
 	var (
-		run       poolerRun
+		run       = poolerRun{newAcks: map[string]int{}}
 		remaining atomic.Int64
 		done      = make(chan struct{})
 		wg        sync.WaitGroup
@@ -97,6 +103,9 @@ func poolerDeliver(t *testing.T, ctx context.Context, keys []string, copies, wor
 				}
 				run.deliveries.Add(1)
 				res := process(ctx, &receiver.Message{Key: key, Destination: "/queue/pooler", Consumer: "c1"})
+				if onResult != nil {
+					onResult(res)
+				}
 				if res.Err != nil && !errors.Is(res.Err, errPoolerHandler) {
 					run.errors.Add(1)
 				}
@@ -105,6 +114,10 @@ func poolerDeliver(t *testing.T, ctx context.Context, keys []string, copies, wor
 					run.acks.Add(1)
 					if res.Duplicate {
 						run.duplicates.Add(1)
+					} else {
+						run.mu.Lock()
+						run.newAcks[key]++
+						run.mu.Unlock()
 					}
 					if remaining.Add(-1) == 0 {
 						close(done)
@@ -128,8 +141,13 @@ func poolerDeliver(t *testing.T, ctx context.Context, keys []string, copies, wor
 	return &run
 }
 
-// poolerCheckOnce fails t unless every key's effect committed exactly once.
-func poolerCheckOnce(t *testing.T, db *sql.DB, fx string, keys []string) {
+// poolerCheckOnce fails t unless every key's effect committed exactly once
+// and at most one delivery of it was acknowledged as new work (a second
+// would mean an earlier acknowledgement covered no commit). None is
+// possible: a COMMIT that succeeded on the server but whose answer was
+// lost is reported as an error, the delivery requeued, and its redelivery
+// acknowledged as a duplicate.
+func poolerCheckOnce(t *testing.T, db *sql.DB, fx string, keys []string, run *poolerRun) {
 	t.Helper()
 	ctx := testwait.Context(t, time.Minute)
 	got := map[string]int{}
@@ -154,6 +172,9 @@ func poolerCheckOnce(t *testing.T, db *sql.DB, fx string, keys []string) {
 	for _, k := range keys {
 		if got[k] != 1 {
 			t.Errorf("key %s: effect committed %d times, want 1", k, got[k])
+		}
+		if n := run.newAcks[k]; n > 1 {
+			t.Errorf("key %s: %d deliveries acknowledged as new work, want at most 1", k, n)
 		}
 		delete(got, k)
 	}
@@ -182,7 +203,7 @@ func poolerKeys(prefix string, n int) []string {
 func TestInboxThroughPooler(t *testing.T) {
 	t.Parallel()
 	raw := testenv.Getenv(t, "MSGAUDIT_PGBOUNCER_URL", "the pooler tests need PgBouncer in transaction mode")
-	db, fx, table := poolerDB(t, raw, 16)
+	db, fx, table := poolerDB(t, raw, pgx.QueryExecModeExec, 16)
 	ctx := testwait.Context(t, 5*time.Minute)
 	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.PostgreSQL, Table: table})
 	if err != nil {
@@ -204,10 +225,13 @@ func TestInboxThroughPooler(t *testing.T) {
 	keys := poolerKeys("k", 300)
 	run := poolerDeliver(t, ctx, keys, 2, 16, func(ctx context.Context, m *receiver.Message) receiver.Result {
 		return r.Process(ctx, m, h)
-	})
-	poolerCheckOnce(t, db, fx, keys)
+	}, nil)
+	poolerCheckOnce(t, db, fx, keys, run)
 	if n := run.errors.Load(); n != 0 {
 		t.Errorf("%d deliveries failed with an error other than the handler's", n)
 	}
 	t.Logf("%d deliveries: %d acks (%d duplicates), %d requeues", run.deliveries.Load(), run.acks.Load(), run.duplicates.Load(), run.requeues.Load())
+	if n := run.acks.Load() - run.duplicates.Load(); n != int64(len(keys)) {
+		t.Errorf("%d deliveries acknowledged as new work, want one per key (%d): no commit's answer can be lost here", n, len(keys))
+	}
 }
