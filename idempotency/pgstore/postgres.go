@@ -290,6 +290,12 @@ func (p *Store) migrate(ctx context.Context) error {
 // is not trusted. The effective mode (PostgresTLSMode) is logged once to
 // Options.Logger, as a warning unless it is verify-full or verify-ca.
 //
+// Behind a pooler in transaction mode (PgBouncer without
+// max_prepared_statements), add default_query_exec_mode=exec to the URL:
+// pgx's default statement cache names statements per client connection,
+// which such a pooler breaks (the calls then fail with an error that says
+// so).
+//
 // Errors name the URL with its password redacted; the password never
 // appears in them.
 func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, error) {
