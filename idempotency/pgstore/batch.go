@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 )
 
 // Store is an idempotency.BatchStore.
@@ -154,7 +155,7 @@ func (p *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 			repeats = append(repeats, [2]int{it.i, uniq[n-1].i})
 			continue
 		}
-		it.token = idempotency.NewToken()
+		it.token = claimkit.NewToken()
 		uniq = append(uniq, it)
 		sks = append(sks, it.sk)
 		tokens = append(tokens, it.token)
