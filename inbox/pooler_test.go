@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -194,7 +195,7 @@ func poolerKeys(prefix string, n int) []string {
 
 // TestInboxThroughPooler: the inbox on database/sql through PgBouncer in
 // transaction pooling mode (MSGAUDIT_PGBOUNCER_URL) with
-// default_query_exec_mode=exec. 300 keys, each delivered twice, from 16
+// default_query_exec_mode=exec in the URL. 300 keys, each delivered twice, from 16
 // goroutines, a tenth of the handler runs failing (rolled back and
 // requeued): every key's effect commits exactly once. A transaction keeps
 // one server connection from BEGIN to COMMIT in transaction mode, so the
@@ -203,7 +204,12 @@ func poolerKeys(prefix string, n int) []string {
 func TestInboxThroughPooler(t *testing.T) {
 	t.Parallel()
 	raw := testenv.Getenv(t, "MSGAUDIT_PGBOUNCER_URL", "the pooler tests need PgBouncer in transaction mode")
-	db, fx, table := poolerDB(t, raw, pgx.QueryExecModeExec, 16)
+	// The URL parameter, as the README has it; pgx's ParseConfig reads it.
+	sep := "?"
+	if strings.Contains(raw, "?") {
+		sep = "&"
+	}
+	db, fx, table := poolerDB(t, raw+sep+"default_query_exec_mode=exec", 0, 16)
 	ctx := testwait.Context(t, 5*time.Minute)
 	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.PostgreSQL, Table: table})
 	if err != nil {
