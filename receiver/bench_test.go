@@ -11,11 +11,14 @@ import (
 )
 
 // BenchmarkProcess measures one new delivery through the pipeline (and,
-// for dup=true, one duplicate absorbed by memory), without a handler gate
-// (handlers=0) and with one (handlers=4: Config.Handlers and a gate of
-// WithAdmission, both free, as for a transport's subscription).
+// for dup=true, one duplicate absorbed by memory). The memory+grouped-store
+// tier sends the memory store's calls through idempotency.Group
+// (StoreBatch set), one delivery at a time: Group's cost when there is
+// nothing to group. handlers=0 runs without a handler gate, handlers=4
+// with one (Config.Handlers and a gate of WithAdmission, both free, as for
+// a transport's subscription).
 func BenchmarkProcess(b *testing.B) {
-	for _, tier := range []string{"memory", "memory+store"} {
+	for _, tier := range []string{"memory", "memory+store", "memory+grouped-store"} {
 		for _, dup := range []bool{false, true} {
 			for _, handlers := range []int{0, 4} {
 				name := "tier=" + tier + "/dup=" + strconv.FormatBool(dup) + "/handlers=" + strconv.Itoa(handlers)
@@ -25,10 +28,13 @@ func BenchmarkProcess(b *testing.B) {
 						b.Fatal(err)
 					}
 					cfg := receiver.Config{Audit: receiver.ConnAudit(ca), Completed: 1 << 20, Handlers: handlers}
-					if tier == "memory+store" {
+					if tier != "memory" {
 						s := idempotency.NewMemory(idempotency.Options{})
 						defer s.Close()
 						cfg.Store = s
+					}
+					if tier == "memory+grouped-store" {
+						cfg.StoreBatch = idempotency.DefaultGroupMaxBatch
 					}
 					r, err := receiver.New(cfg)
 					if err != nil {
