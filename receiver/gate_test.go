@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,4 +344,81 @@ func TestGateRenewsWhileWaiting(t *testing.T) {
 	if res, _ := recv(t, held, testWait, "the slot holder's result"); res.Action != receiver.Ack {
 		t.Fatalf("holder %+v", res)
 	}
+}
+
+// slowBatch is a BatchStore whose batch calls take a round trip and record
+// their sizes.
+type slowBatch struct {
+	*idempotency.Memory
+	mu               sync.Mutex
+	claims, confirms []int
+}
+
+func (s *slowBatch) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res []idempotency.ClaimResult) error {
+	s.mu.Lock()
+	s.claims = append(s.claims, len(keys))
+	s.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	return s.Memory.TryClaimBatch(ctx, keys, res)
+}
+
+func (s *slowBatch) ConfirmBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
+	s.mu.Lock()
+	s.confirms = append(s.confirms, len(claims))
+	s.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	return s.Memory.ConfirmBatch(ctx, claims, errs)
+}
+
+func (s *slowBatch) largest() (claim, confirm int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Max(append(s.claims, 0)), slices.Max(append(s.confirms, 0))
+}
+
+// TestGateGroupsStoreCalls: many deliveries in Process at once with only
+// two handler slots, over a grouping store: the claims of the waiting
+// deliveries and the confirms of the finished ones share batches, and
+// every delivery is acknowledged once.
+func TestGateGroupsStoreCalls(t *testing.T) {
+	t.Parallel()
+	mem := idempotency.NewMemory(idempotency.Options{})
+	defer mem.Close()
+	st := &slowBatch{Memory: mem}
+	r, err := receiver.New(receiver.Config{Store: st, Handlers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const inFlight, perWorker = 40, 10
+	start := make(chan struct{})
+	var acked atomic.Int32
+	var wg sync.WaitGroup
+	for w := range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range perWorker {
+				res := r.Process(bg, msg(fmt.Sprintf("ID:g:%d:%d", w, i)), okHandler)
+				if res.Action != receiver.Ack || !res.Ran {
+					t.Errorf("%+v", res)
+					return
+				}
+				acked.Add(1)
+			}
+		}()
+	}
+	close(start)
+	waitGroup(t, &wg, time.Minute, "the deliveries finishing")
+	if acked.Load() != inFlight*perWorker {
+		t.Fatalf("%d acknowledged, want %d", acked.Load(), inFlight*perWorker)
+	}
+	claim, confirm := st.largest()
+	if claim < 2 || confirm < 2 {
+		t.Fatalf("largest batches: %d claims, %d confirms; want both grouped", claim, confirm)
+	}
+	st.mu.Lock()
+	t.Logf("%d deliveries: %d claim batches (largest %d), %d confirm batches (largest %d)",
+		inFlight*perWorker, len(st.claims), claim, len(st.confirms), confirm)
+	st.mu.Unlock()
 }
