@@ -112,9 +112,16 @@ func (p *plan) openBackend(ctx context.Context, k kind, n names) (*backend, erro
 		be.close = func(ctx context.Context) error {
 			return errors.Join(s.Close(), p.dropTable(ctx, n.ident))
 		}
-	case sqliteStore:
+	case sqliteStore, sqliteStoreFull:
+		// The store's default, synchronous=NORMAL (a commit survives a
+		// crash of the process), or FULL (a power loss too: one disk sync
+		// per commit).
+		sync := sqlitestore.SyncNormal
+		if k == sqliteStoreFull {
+			sync = sqlitestore.SyncFull
+		}
 		path := filepath.Join(p.Dir, n.ident+".db")
-		s, err := sqlitestore.Open(ctx, path, idempotency.Options{})
+		s, err := sqlitestore.Open(ctx, path, idempotency.Options{}, sqlitestore.WithSynchronous(sync))
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +130,8 @@ func (p *plan) openBackend(ctx context.Context, k kind, n names) (*backend, erro
 	case inboxSQLite:
 		path := filepath.Join(p.Dir, n.ident+".db")
 		// The inbox's documented SQLite settings, with synchronous=FULL
-		// like the SQLite store, so that both make the same promise.
+		// like the sqlite-full store variant, so that both make the same
+		// promise.
 		db, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
 		if err != nil {
 			return nil, err

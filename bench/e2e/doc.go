@@ -26,7 +26,8 @@
 // The variants (Variants lists them) are, per broker: a bare client written
 // without msgaudit (go-stomp with ack:client-individual; amqp091-go with
 // manual acks), msgaudit's consumer with the in-memory tier only ("audit"),
-// with each idempotency store (memory, Redis, PostgreSQL, SQLite) and with
+// with each idempotency store (memory, Redis, PostgreSQL, SQLite with
+// synchronous=NORMAL, its default, and with FULL) and with
 // the transactional inbox on SQLite and on PostgreSQL. msgaudit's consumers
 // run with Options.Concurrency handlers, Options.Prefetch and
 // Options.InFlight deliveries in the duplicate pipeline at once (by default

@@ -46,6 +46,7 @@ const (
 	redisStore
 	postgresStore
 	sqliteStore
+	sqliteStoreFull
 	inboxSQLite
 	inboxPostgres
 )
@@ -83,6 +84,7 @@ var allVariants = func() []variant {
 			variant{b, "redis", redisStore},
 			variant{b, "postgres", postgresStore},
 			variant{b, "sqlite", sqliteStore},
+			variant{b, "sqlite-full", sqliteStoreFull},
 			variant{b, "inbox-sqlite", inboxSQLite},
 			variant{b, "inbox-postgres", inboxPostgres},
 		)

@@ -180,7 +180,9 @@ func variantTitle(b, v string) string {
 	case "postgres":
 		return "msgaudit, PostgreSQL store"
 	case "sqlite":
-		return "msgaudit, SQLite store"
+		return "msgaudit, SQLite store, synchronous=NORMAL"
+	case "sqlite-full":
+		return "msgaudit, SQLite store, synchronous=FULL"
 	case "inbox-sqlite":
 		return "msgaudit, inbox on SQLite"
 	case "inbox-postgres":
