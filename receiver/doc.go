@@ -25,8 +25,12 @@
 //     claims and confirms of concurrent deliveries share batch calls.
 //  4. Extra selectors (Config.Selectors), e.g. a metadata-store selector.
 //  5. Handler (panics recovered; the claim renewed at half its lease from
-//     the claim until the settle). Success → confirm in the store, record the key as
-//     completed → Ack. Failure → roll back the audit bit and release the
+//     the claim until the settle), once a handler slot is free: a Gate
+//     (Config.Handlers, and one per context with WithAdmission) bounds the
+//     handlers running at once while more deliveries wait, claimed, for a
+//     slot, so that their claims, and the confirms of finished handlers
+//     (a slot is given back before the confirm), share batches. Success →
+//     confirm in the store, record the key as completed → Ack. Failure → roll back the audit bit and release the
 //     claim → Requeue until MaxAttempts, then DeadLetter with the reason
 //     and attempt count.
 //
@@ -53,9 +57,9 @@
 // A Receiver, its selectors and its Metrics are safe for concurrent use by
 // any number of goroutines. One Message belongs to one Process call at a
 // time (Process sets its derived key, Attempt and, for DuplicateDeliver,
-// Duplicate and a copied Headers map). Process blocks while the handler
-// runs and, for a duplicate of an in-flight delivery, for at most
-// Config.InFlightWait. A StoreSelector renews all its held claims from one
+// Duplicate and a copied Headers map). Process blocks while it waits for a
+// handler slot, while the handler runs and, for a duplicate of an
+// in-flight delivery, for at most Config.InFlightWait. A StoreSelector renews all its held claims from one
 // goroutine, which runs only while claims are held; a claim is no longer
 // renewed once Process has settled it. Callbacks (OnDuplicate, Handler) are never called
 // with a receiver lock held.
