@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/receiver"
@@ -59,4 +60,41 @@ func ExampleReceiver_Process() {
 	// requeue handler-error attempt 1
 	// ack memory:untracked store:claimed
 	// ack duplicate: true store handler runs: 2
+}
+
+// A transport's workers: eight deliveries go through Process at once (their
+// claims made together), two handlers run at once. When the connection is
+// lost the transport closes abandon: a delivery still waiting for a handler
+// slot gives up, rolled back, and the transport sends nothing for it.
+func ExampleWithAdmission() {
+	store := idempotency.NewMemory(idempotency.Options{})
+	defer store.Close()
+	r, _ := receiver.New(receiver.Config{Store: store, Handlers: 2})
+	abandon := make(chan struct{}) // closed when the connection is lost
+	ctx := receiver.WithAdmission(context.Background(), receiver.NewGate(2), abandon)
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	acked := 0
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := &receiver.Message{Key: fmt.Sprintf("ID:p:%d", w+1), Destination: "/queue/orders"}
+			if res := r.Process(ctx, m, func(context.Context, *receiver.Message) error { return nil }); res.Action == receiver.Ack {
+				mu.Lock()
+				acked++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("acknowledged:", acked)
+
+	close(abandon) // the connection is gone
+	res := r.Process(ctx, &receiver.Message{Key: "ID:p:9", Destination: "/queue/orders"}, func(context.Context, *receiver.Message) error { return nil })
+	fmt.Println(res.Action, res.Reason, "ran:", res.Ran, errors.Is(res.Err, receiver.ErrAbandoned))
+	// Output:
+	// acknowledged: 8
+	// requeue abandoned ran: false true
 }
