@@ -19,34 +19,38 @@ const (
 	tagGone                 // settled and sent: singly (nack, dead-letter ack, spill), nothing more to send
 )
 
-// tracker is the set of a channel's outstanding delivery tags: win[i] is
-// the state of tag base+1+i; every tag up to base is settled and sent. It
-// is not safe for concurrent use (the acker locks it).
+// tracker is the set of a channel's outstanding delivery tags: the window
+// buf[head:] holds, at index i, the state of tag base+1+i; every tag up to
+// base is settled and sent. It is not safe for concurrent use (the acker
+// locks it).
 type tracker struct {
 	base uint64
-	win  []uint8
-	// acked counts tagAcked entries; blocked those of them behind a
-	// running tag (not coverable by a multiple ack yet).
+	buf  []uint8
+	head int
+	// acked counts tagAcked entries.
 	acked int
 }
+
+// win returns the window.
+func (t *tracker) win() []uint8 { return t.buf[t.head:] }
 
 // add registers a delivered tag. Tags arrive in increasing order; a tag
 // skipped (none is, on a channel with one consumer) counts as settled.
 func (t *tracker) add(tag uint64) {
-	next := t.base + uint64(len(t.win)) + 1
+	next := t.base + uint64(len(t.buf)-t.head) + 1
 	if tag < next {
 		return // not increasing: ignored, never acknowledged by a multiple ack
 	}
 	for ; next < tag; next++ {
-		t.win = append(t.win, tagGone)
+		t.buf = append(t.buf, tagGone)
 	}
-	t.win = append(t.win, tagRunning)
+	t.buf = append(t.buf, tagRunning)
 	t.trim()
 }
 
 // index returns a tag's position in the window and whether it is there.
 func (t *tracker) index(tag uint64) (int, bool) {
-	if tag <= t.base || tag > t.base+uint64(len(t.win)) {
+	if tag <= t.base || tag > t.base+uint64(len(t.buf)-t.head) {
 		return 0, false
 	}
 	return int(tag - t.base - 1), true
@@ -56,10 +60,10 @@ func (t *tracker) index(tag uint64) (int, bool) {
 // a tag not running.
 func (t *tracker) settleAck(tag uint64) bool {
 	i, ok := t.index(tag)
-	if !ok || t.win[i] != tagRunning {
+	if w := t.win(); !ok || w[i] != tagRunning {
 		return false
 	}
-	t.win[i] = tagAcked
+	t.win()[i] = tagAcked
 	t.acked++
 	return true
 }
@@ -70,25 +74,27 @@ func (t *tracker) gone(tag uint64) {
 	if !ok {
 		return
 	}
-	if t.win[i] == tagAcked {
+	w := t.win()
+	if w[i] == tagAcked {
 		t.acked--
 	}
-	t.win[i] = tagGone
+	w[i] = tagGone
 	t.trim()
 }
 
-// trim drops settled-and-sent tags from the front.
+// trim drops settled-and-sent tags from the front, reusing the buffer
+// once the window is empty (or mostly behind its start).
 func (t *tracker) trim() {
-	n := 0
-	for n < len(t.win) && t.win[n] == tagGone {
-		n++
+	for t.head < len(t.buf) && t.buf[t.head] == tagGone {
+		t.head++
+		t.base++
 	}
-	if n > 0 {
-		t.base += uint64(n)
-		t.win = t.win[n:]
-	}
-	if len(t.win) == 0 {
-		t.win = t.win[:0:0] // let the backing array go
+	switch {
+	case t.head == len(t.buf):
+		t.buf, t.head = t.buf[:0], 0
+	case t.head >= 1024 && t.head >= len(t.buf)/2:
+		n := copy(t.buf, t.buf[t.head:])
+		t.buf, t.head = t.buf[:n], 0
 	}
 }
 
@@ -98,7 +104,7 @@ func (t *tracker) trim() {
 // Ack-settled tags it covers; ok is false when there is none.
 func (t *tracker) multiple() (tag uint64, n int, ok bool) {
 	last := -1
-	for i, s := range t.win {
+	for i, s := range t.win() {
 		if s == tagRunning {
 			break
 		}
@@ -118,20 +124,20 @@ func (t *tracker) sent(tag uint64) {
 	if !ok {
 		return
 	}
-	for _, s := range t.win[:i+1] {
+	for _, s := range t.win()[:i+1] {
 		if s == tagAcked {
 			t.acked--
 		}
 	}
 	t.base = tag
-	t.win = t.win[i+1:]
+	t.head += i + 1
 	t.trim()
 }
 
 // blocked returns the Ack-settled tags behind the first running tag.
 func (t *tracker) blocked(dst []uint64) []uint64 {
 	running := false
-	for i, s := range t.win {
+	for i, s := range t.win() {
 		switch {
 		case s == tagRunning:
 			running = true
@@ -145,7 +151,7 @@ func (t *tracker) blocked(dst []uint64) []uint64 {
 // outstanding is the number of tags not settled and sent.
 func (t *tracker) outstanding() int {
 	n := 0
-	for _, s := range t.win {
+	for _, s := range t.win() {
 		if s != tagGone {
 			n++
 		}

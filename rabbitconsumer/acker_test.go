@@ -16,7 +16,7 @@ import (
 func (a *acker) next() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.t.base + uint64(len(a.t.win)) + 1
+	return a.t.base + uint64(len(a.t.win())) + 1
 }
 
 // settled is how the model says a delivery ended.
@@ -310,4 +310,39 @@ func TestAckerConcurrent(t *testing.T) {
 		t.Fatalf("Stats.Acks %d, want %d", st.acks.Load(), successes.Load())
 	}
 	t.Logf("%d deliveries settled in %d frames", total, b.frames)
+}
+
+// TestTrackerCompacts: a window that never empties moves back to the
+// start of its buffer instead of growing with every tag.
+func TestTrackerCompacts(t *testing.T) {
+	t.Parallel()
+	var tr tracker
+	for tag := uint64(1); tag <= 10000; tag++ {
+		tr.add(tag)
+		if tag > 1 {
+			if tag%3 == 0 {
+				tr.gone(tag - 1)
+			} else {
+				if !tr.settleAck(tag - 1) {
+					t.Fatalf("settleAck(%d) refused", tag-1)
+				}
+				if got, n, ok := tr.multiple(); !ok || got != tag-1 || n != 1 {
+					t.Fatalf("multiple() = %d, %d, %t after tag %d", got, n, ok, tag-1)
+				}
+				tr.sent(tag - 1)
+			}
+		}
+		if len(tr.buf) > 2048 {
+			t.Fatalf("buffer holds %d entries for a window of %d", len(tr.buf), len(tr.win()))
+		}
+	}
+	if tr.outstanding() != 1 || tr.base != 9999 || tr.acked != 0 {
+		t.Fatalf("outstanding %d, base %d, acked %d", tr.outstanding(), tr.base, tr.acked)
+	}
+	if !tr.settleAck(10000) {
+		t.Fatal("settleAck(10000) refused")
+	}
+	if got, n, ok := tr.multiple(); !ok || got != 10000 || n != 1 {
+		t.Fatalf("multiple() = %d, %d, %t", got, n, ok)
+	}
 }
