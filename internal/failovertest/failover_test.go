@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,9 +37,9 @@ const keyHeader = "app-key"
 const (
 	messages    = 5000
 	kills       = 2
-	batch      = 100                    // messages per producer transaction
-	batchEvery = 100 * time.Millisecond // how often the producer checks the backlog
-	maxBacklog = 1000                   // messages sent and not yet in the ledger
+	batch       = 100                    // messages per producer transaction
+	batchEvery  = 100 * time.Millisecond // how often the producer checks the backlog
+	maxBacklog  = 1000                   // messages sent and not yet in the ledger
 	concurrency = 4                      // handler goroutines
 	// handlerDelay is slept by the handler after its ledger write, inside
 	// the inbox's transaction or before the store's confirm: the consumer
@@ -123,6 +124,7 @@ type failover struct {
 	firstWork time.Duration // kill → its first handler call on a new connection
 	at        time.Time
 	gen       uint64 // the consumer's connection generation at the kill
+	running   int64  // handler calls under way at the kill
 }
 
 // result is what a run observed.
@@ -135,6 +137,7 @@ type result struct {
 	metrics                                   receiver.Snapshot
 	stats                                     stompconsumer.Stats
 	dupReasons                                map[string]int
+	dupRedelivery, dupResent                  int // duplicates with a handled message's id, with another id
 	handlerCalls                              int
 	producerResent, producerReconnects, total int64
 	elapsed                                   time.Duration
@@ -153,8 +156,20 @@ type event struct {
 // tracker records every delivery the consumer handled.
 type tracker struct {
 	consumer *stompconsumer.Consumer // set before Run
+	running  atomic.Int64            // handler calls under way
 	mu       sync.Mutex
 	events   []event
+}
+
+// handle wraps a handler: it records the call and counts it as running
+// until it returns.
+func (tr *tracker) handle(h receiver.Handler) receiver.Handler {
+	return func(ctx context.Context, m *receiver.Message) error {
+		tr.record(m, "")
+		tr.running.Add(1)
+		defer tr.running.Add(-1)
+		return h(ctx, m)
+	}
 }
 
 func (tr *tracker) record(m *receiver.Message, dup string) {
@@ -298,7 +313,6 @@ func run(t *testing.T, tier string) result {
 		})
 		cfg.Inbox = ib
 		handler = inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
-			tr.record(m, "")
 			if _, err := tx.ExecContext(ctx, apply, m.IdempotencyKey()); err != nil {
 				return err
 			}
@@ -317,7 +331,6 @@ func run(t *testing.T, tier string) result {
 		})
 		cfg.Store = st
 		handler = func(ctx context.Context, m *receiver.Message) error {
-			tr.record(m, "")
 			if _, err := cdb.ExecContext(ctx, apply, m.IdempotencyKey()); err != nil {
 				return err
 			}
@@ -327,7 +340,7 @@ func run(t *testing.T, tier string) result {
 	default:
 		t.Fatalf("unknown tier %q", tier)
 	}
-	cfg.Subscriptions = []stompconsumer.Subscription{{Destination: queue, Handler: handler}}
+	cfg.Subscriptions = []stompconsumer.Subscription{{Destination: queue, Handler: tr.handle(handler)}}
 	c, err := stompconsumer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -395,7 +408,7 @@ func run(t *testing.T, tier string) result {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := failover{from: m, to: 1 - m, gen: c.Stats().Generation}
+		f := failover{from: m, to: 1 - m, gen: c.Stats().Generation, running: tr.running.Load()}
 		if f.at, err = p.kill(m); err != nil {
 			t.Fatal(err)
 		}
@@ -459,13 +472,23 @@ func run(t *testing.T, tier string) result {
 	}
 	res.dupReasons = map[string]int{}
 	calls := map[string][]event{}
+	handled := map[string]bool{} // message ids that reached the handler
+	for _, e := range events {
+		if e.dup == "" {
+			res.handlerCalls++
+			calls[e.key] = append(calls[e.key], e)
+			handled[e.msgID] = true
+		}
+	}
 	for _, e := range events {
 		if e.dup != "" {
 			res.dupReasons[e.dup]++
-			continue
+			if handled[e.msgID] {
+				res.dupRedelivery++
+			} else {
+				res.dupResent++
+			}
 		}
-		res.handlerCalls++
-		calls[e.key] = append(calls[e.key], e)
 	}
 	rows := ledgerRows(t, tdb, ledger)
 	sent := map[string]bool{}
@@ -499,8 +522,8 @@ func (r result) summary(tier string, p *pair) string {
 	fmt.Fprintf(&b, "failover tier=%s messages=%d kills=%d lost=%d twice=%d unknown=%d left(queue=%d broker-dlq=%d dead-letter=%d) time=%.1fs\n",
 		tier, messages, len(r.failovers), r.lost, len(r.twice), r.unknown, r.queueLeft, r.brokerDLQLeft, r.deadLetterLeft, r.elapsed.Seconds())
 	for i, f := range r.failovers {
-		fmt.Fprintf(&b, "  kill %d: master %s killed; %s took over after %v; consumer resumed (first delivery on a new connection) after %v, first new work after %v\n",
-			i+1, p.addrs[f.from], p.addrs[f.to], f.takeover.Round(time.Millisecond), f.resume.Round(time.Millisecond), f.firstWork.Round(time.Millisecond))
+		fmt.Fprintf(&b, "  kill %d: master %s killed with %d handler calls under way; %s took over after %v; consumer resumed (first delivery on a new connection) after %v, first new work after %v\n",
+			i+1, p.addrs[f.from], f.running, p.addrs[f.to], f.takeover.Round(time.Millisecond), f.resume.Round(time.Millisecond), f.firstWork.Round(time.Millisecond))
 	}
 	fmt.Fprintf(&b, "  producer: %d messages confirmed, %d resent after an unconfirmed commit, %d reconnects\n",
 		r.total, r.producerResent, r.producerReconnects)
@@ -512,8 +535,9 @@ func (r result) summary(tier string, p *pair) string {
 		reasons = append(reasons, fmt.Sprintf("%s=%d", k, v))
 	}
 	slices.Sort(reasons)
-	fmt.Fprintf(&b, "  duplicates absorbed by reason (OnDuplicate): %s\n", strings.Join(reasons, " "))
-	fmt.Fprintf(&b, "  consumer: connects=%d reconnects=%d connect-errors=%d dropped=%d stale-acks=%d ack-errors=%d retries-sent=%d dead-letters-sent=%d",
+	fmt.Fprintf(&b, "  duplicates absorbed by reason (OnDuplicate): %s; by origin: %d redeliveries of a handled message id, %d copies under another id (the producer's resends)\n",
+		strings.Join(reasons, " "), r.dupRedelivery, r.dupResent)
+	fmt.Fprintf(&b, "  consumer: connects=%d reconnects=%d connect-errors=%d dropped(received on a lost connection, delivered again)=%d stale-acks=%d ack-errors=%d retries-sent=%d dead-letters-sent=%d",
 		s.Connects, s.Reconnects, s.ConnectErrors, s.Dropped, s.StaleAcks, s.AckErrors, s.RetriesSent, s.DeadLettersSent)
 	return b.String()
 }
