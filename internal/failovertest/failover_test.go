@@ -241,10 +241,16 @@ func run(t *testing.T, tier string) result {
 		redisURL = testenv.Getenv(t, "MSGAUDIT_REDIS_URL", "Redis, for the store")
 	}
 	ctx := context.Background()
-	// Both brokers up: a master and a standby waiting on the lock.
+	// Both brokers up: a master and a standby waiting on the lock. A run
+	// that ends between a kill and the restart leaves the pair whole too.
 	if err := p.up(ctx); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := p.up(context.Background()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	for i := range p.addrs {
 		if _, err := p.pid(i); err != nil {
 			t.Fatal(err)
