@@ -129,18 +129,19 @@ type failover struct {
 
 // result is what a run observed.
 type result struct {
-	failovers                                 []failover
-	lost, unknown                             int
-	firstLost                                 []string
-	twice                                     []string // a line per key applied more than once
-	queueLeft, brokerDLQLeft, deadLetterLeft  int
-	metrics                                   receiver.Snapshot
-	stats                                     stompconsumer.Stats
-	dupReasons                                map[string]int
-	dupRedelivery, dupResent                  int // duplicates with a handled message's id, with another id
-	handlerCalls                              int
-	producerResent, producerReconnects, total int64
-	elapsed                                   time.Duration
+	failovers                                []failover
+	lost, unknown                            int
+	firstLost                                []string
+	twice                                    []string // a line per key applied more than once
+	queueLeft, brokerDLQLeft, deadLetterLeft int
+	metrics                                  receiver.Snapshot
+	stats                                    stompconsumer.Stats
+	dupReasons                               map[string]int
+	dupRedelivery, dupResent                 int // duplicates with a handled message's id, with another id
+	handlerCalls                             int
+	producerRetried, producerUnconfirmed     int64
+	producerReconnects, total                int64
+	elapsed                                  time.Duration
 }
 
 // event is one delivery the consumer handled: a handler call (dup "") or a
@@ -516,7 +517,8 @@ func run(t *testing.T, tier string) result {
 		}
 	}
 	res.metrics, res.stats = metrics.Snapshot(), c.Stats()
-	res.producerResent, res.producerReconnects, res.total = pr.resent.Load(), pr.reconnects.Load(), pr.sent.Load()
+	res.producerRetried, res.producerUnconfirmed = pr.retried.Load(), pr.unconfirmed.Load()
+	res.producerReconnects, res.total = pr.reconnects.Load(), pr.sent.Load()
 	t.Log(res.summary(tier, p))
 	return res
 }
@@ -531,8 +533,8 @@ func (r result) summary(tier string, p *pair) string {
 		fmt.Fprintf(&b, "  kill %d: master %s killed with %d handler calls under way; %s took over after %v; consumer resumed (first delivery on a new connection) after %v, first new work after %v\n",
 			i+1, p.addrs[f.from], f.running, p.addrs[f.to], f.takeover.Round(time.Millisecond), f.resume.Round(time.Millisecond), f.firstWork.Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, "  producer: %d messages confirmed, %d resent after an unconfirmed commit, %d reconnects\n",
-		r.total, r.producerResent, r.producerReconnects)
+	fmt.Fprintf(&b, "  producer: %d messages confirmed, %d sent again (%d of them after a COMMIT without receipt), %d reconnects\n",
+		r.total, r.producerRetried, r.producerUnconfirmed, r.producerReconnects)
 	fmt.Fprintf(&b, "  receiver: delivered=%d redelivered=%d processed=%d handler-calls=%d duplicates(audit=%d store=%d in-flight=%d other=%d) retries=%d dead-lettered=%d handler-errors=%d store-errors=%d\n",
 		m.Delivered, m.Redelivered, m.Processed, r.handlerCalls, m.DuplicatesAudit, m.DuplicatesStore, m.DuplicatesInFlight, m.DuplicatesOther,
 		m.Retries, m.DeadLettered, m.HandlerErrors, m.StoreErrors)

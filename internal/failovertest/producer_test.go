@@ -20,11 +20,13 @@ import (
 type producer struct {
 	p    *pair
 	conn *stomp.Conn
-	// sent counts the messages in confirmed transactions, resent the
-	// messages sent again after an unconfirmed commit, reconnects the
+	// sent counts the messages in confirmed transactions; retried the
+	// messages of transactions sent again, and unconfirmed those among
+	// them whose COMMIT had been sent without a receipt coming back (the
+	// only ones the dead master may have committed); reconnects the
 	// connections made after the first.
-	sent, resent, reconnects atomic.Int64
-	connects                 int
+	sent, retried, unconfirmed, reconnects atomic.Int64
+	connects                               int
 }
 
 // connect opens a connection to the master, trying both brokers until
@@ -59,11 +61,15 @@ func (pr *producer) send(ctx context.Context, queue string, keys []string) error
 			}
 		}
 		if attempt > 0 {
-			pr.resent.Add(int64(len(keys)))
+			pr.retried.Add(int64(len(keys)))
 		}
-		if err := pr.try(queue, keys); err == nil {
+		committing, err := pr.try(queue, keys)
+		if err == nil {
 			pr.sent.Add(int64(len(keys)))
 			return nil
+		}
+		if committing {
+			pr.unconfirmed.Add(int64(len(keys)))
 		}
 		_ = pr.conn.MustDisconnect()
 		pr.conn = nil
@@ -73,18 +79,20 @@ func (pr *producer) send(ctx context.Context, queue string, keys []string) error
 	}
 }
 
-func (pr *producer) try(queue string, keys []string) error {
+// try sends keys in one transaction; committing reports whether the
+// error, if any, came from the COMMIT.
+func (pr *producer) try(queue string, keys []string) (committing bool, err error) {
 	tx, err := pr.conn.BeginWithError()
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, k := range keys {
 		if err := tx.Send(queue, "text/plain", []byte(k),
 			stomp.SendOpt.Header("persistent", "true"), stomp.SendOpt.Header(keyHeader, k)); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return tx.CommitWithReceipt()
+	return true, tx.CommitWithReceipt()
 }
 
 func (pr *producer) close() {
