@@ -112,6 +112,10 @@ func TestFailover(t *testing.T) {
 			if r.stats.Reconnects < kills {
 				t.Errorf("the consumer reconnected %d times through %d failovers", r.stats.Reconnects, kills)
 			}
+			// The run's premise: the kills caught deliveries in flight.
+			if r.stats.Dropped+r.metrics.Duplicates() == 0 {
+				t.Errorf("the kills found nothing in flight: no delivery was dropped or came again")
+			}
 		})
 	}
 }
