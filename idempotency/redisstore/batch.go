@@ -267,22 +267,28 @@ func (b *batch) run(ctx context.Context, s *Store, op string, script *redis.Scri
 	b.errs = make([]error, n)
 	cmds := make([]*redis.Cmd, n)
 	keyArgs := make([][1]string, n)
+	ms := make([]any, n) // boxed once: the calls of a batch mostly share one value
 	pipe := s.client.Pipeline()
 	for k := range n {
 		keyArgs[k][0] = b.keys[k]
-		cmds[k] = script.EvalSha(ctx, pipe, keyArgs[k][:], b.args[k], b.ms[k])
+		if k > 0 && b.ms[k] == b.ms[k-1] {
+			ms[k] = ms[k-1]
+		} else {
+			ms[k] = b.ms[k]
+		}
+		cmds[k] = script.EvalSha(ctx, pipe, keyArgs[k][:], b.args[k], ms[k])
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	var retry []int
 	for k, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			retry = append(retry, k)
 		}
 	}
 	if len(retry) > 0 {
 		pipe = s.client.Pipeline()
 		for _, k := range retry {
-			cmds[k] = script.Eval(ctx, pipe, keyArgs[k][:], b.args[k], b.ms[k])
+			cmds[k] = script.Eval(ctx, pipe, keyArgs[k][:], b.args[k], ms[k])
 		}
 		_, _ = pipe.Exec(ctx)
 	}
