@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 )
 
 var _ idempotency.BatchStore = (*Store)(nil)
@@ -52,7 +53,7 @@ func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 			dupOf[i] = j
 			continue
 		}
-		tokens[i] = idempotency.NewToken()
+		tokens[i] = claimkit.NewToken()
 		b.add(i, sk, redisClaimPrefix+tokens[i], s.claimMS)
 	}
 	start := time.Now()

@@ -11,6 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/internal/storetestkit"
 	"github.com/acemq/msgaudit/internal/testwait"
@@ -91,7 +92,7 @@ func checkBatchAgainstSingles(t *testing.T, batched, single idempotency.Store) {
 						scs[i] = bcs[i]
 					default:
 						k := rapid.SampledFrom(keys).Draw(rt, "key")
-						tok := idempotency.NewToken() // never held
+						tok := claimkit.NewToken() // never held
 						bcs[i] = idempotency.Claim{Key: k, Token: tok}
 						scs[i] = bcs[i]
 					}
