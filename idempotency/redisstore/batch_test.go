@@ -11,8 +11,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/acemq/msgaudit/idempotency"
-	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/storetestkit"
 	"github.com/acemq/msgaudit/internal/testwait"
 )
