@@ -274,6 +274,7 @@ func TestClusterFailover(t *testing.T) {
 	var (
 		next                   atomic.Int64
 		ops, errs, errsAfterOK atomic.Int64
+		mixedBatches           atomic.Int64 // try-claim batches with both answers and errors
 		stop                   = make(chan struct{})
 		wg                     sync.WaitGroup
 		firstErr               sync.Once
@@ -381,6 +382,15 @@ func TestClusterFailover(t *testing.T) {
 				cancel()
 				var held []string
 				var claims []idempotency.Claim
+				failedKeys := 0
+				for i := range ids {
+					if err != nil || res[i].Err != nil {
+						failedKeys++
+					}
+				}
+				if failedKeys > 0 && failedKeys < size {
+					mixedBatches.Add(1)
+				}
 				for i := range ids {
 					ops.Add(1)
 					e := res[i].Err
@@ -474,6 +484,7 @@ func TestClusterFailover(t *testing.T) {
 	t.Logf("failover of %s took %v (kill until a replica serves its slots and the cluster is ok)", victim.addr, failover.Round(time.Millisecond))
 	t.Logf("operations: %d in all, %d errored (%d before the kill, %d from the kill until the failover, %d in the 3s after it); first error: %s",
 		total, errs.Load(), errsBefore, errsAtFailover-errsBefore, errsAfterOK.Load(), firstErrText)
+	t.Logf("%d try-claim batches were answered in part (some keys claimed or refused, others an error)", mixedBatches.Load())
 	if at := lastErrAt.Load(); at != 0 {
 		t.Logf("the last error came %v after the kill", time.Unix(0, at).Sub(killed).Round(time.Millisecond))
 	}

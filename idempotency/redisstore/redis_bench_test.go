@@ -6,9 +6,12 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/acemq/msgaudit/internal/storetestkit"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/redisstore"
+	"github.com/acemq/msgaudit/internal/redisconn"
+	"github.com/acemq/msgaudit/internal/storetestkit"
 )
 
 // BenchmarkRedisTryClaimConfirm: one try-claim + confirm pair per message
@@ -44,59 +47,92 @@ func BenchmarkRedisBatch(b *testing.B) {
 			s, client, _ := newRedisTestStore(b, idempotency.Options{})
 			var rt redisCounter
 			client.AddHook(&rt)
-			ctx := context.Background()
-			keys := make([]idempotency.Key, size)
-			res := make([]idempotency.ClaimResult, size)
-			claims := make([]idempotency.Claim, size)
-			errs := make([]error, size)
-			next := 0
-			round := func(n int) {
-				for i := range n {
-					next++
-					keys[i] = idempotency.Key{Namespace: "bench", ID: strconv.Itoa(next)}
-				}
-				if size == 1 {
-					out, c, err := s.TryClaim(ctx, keys[0])
-					if err != nil || out != idempotency.Claimed {
-						b.Fatalf("TryClaim = %v, %v", out, err)
-					}
-					if err := s.Confirm(ctx, c); err != nil {
-						b.Fatal(err)
-					}
-					return
-				}
-				if err := s.TryClaimBatch(ctx, keys[:n], res[:n]); err != nil {
-					b.Fatal(err)
-				}
-				for i := range n {
-					if res[i].Err != nil || res[i].Outcome != idempotency.Claimed {
-						b.Fatalf("key %d: %v, %v", i, res[i].Outcome, res[i].Err)
-					}
-					claims[i] = res[i].Claim
-				}
-				if err := s.ConfirmBatch(ctx, claims[:n], errs[:n]); err != nil {
-					b.Fatal(err)
-				}
-				for i := range n {
-					if errs[i] != nil {
-						b.Fatal(errs[i])
-					}
-				}
+			benchBatch(b, s, size, rt.n.Load)
+		})
+	}
+}
+
+// benchBatch is BenchmarkRedisBatch's body for one store and size;
+// roundTrips counts what the store sent.
+func benchBatch(b *testing.B, s *redisstore.Store, size int, roundTrips func() int64) {
+	ctx := context.Background()
+	keys := make([]idempotency.Key, size)
+	res := make([]idempotency.ClaimResult, size)
+	claims := make([]idempotency.Claim, size)
+	errs := make([]error, size)
+	next := 0
+	round := func(n int) {
+		for i := range n {
+			next++
+			keys[i] = idempotency.Key{Namespace: "bench", ID: strconv.Itoa(next)}
+		}
+		if size == 1 {
+			out, c, err := s.TryClaim(ctx, keys[0])
+			if err != nil || out != idempotency.Claimed {
+				b.Fatalf("TryClaim = %v, %v", out, err)
 			}
-			for range 4 { // warm up the connection and the script cache
-				round(size)
+			if err := s.Confirm(ctx, c); err != nil {
+				b.Fatal(err)
 			}
-			b.ReportAllocs()
-			before := rt.n.Load()
-			b.ResetTimer()
-			for done := 0; done < b.N; done += size {
-				round(min(size, b.N-done))
+			return
+		}
+		if err := s.TryClaimBatch(ctx, keys[:n], res[:n]); err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			if res[i].Err != nil || res[i].Outcome != idempotency.Claimed {
+				b.Fatalf("key %d: %v, %v", i, res[i].Outcome, res[i].Err)
 			}
-			b.StopTimer()
-			if sec := b.Elapsed().Seconds(); sec > 0 {
-				b.ReportMetric(float64(b.N)/sec, "keys/s")
+			claims[i] = res[i].Claim
+		}
+		if err := s.ConfirmBatch(ctx, claims[:n], errs[:n]); err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			if errs[i] != nil {
+				b.Fatal(errs[i])
 			}
-			b.ReportMetric(float64(rt.n.Load()-before)/float64(b.N), "round-trips/op")
+		}
+	}
+	for range 4 { // warm up the connection and the script cache
+		round(size)
+	}
+	b.ReportAllocs()
+	before := roundTrips()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += size {
+		round(min(size, b.N-done))
+	}
+	b.StopTimer()
+	if sec := b.Elapsed().Seconds(); sec > 0 {
+		b.ReportMetric(float64(b.N)/sec, "keys/s")
+	}
+	b.ReportMetric(float64(roundTrips()-before)/float64(b.N), "round-trips/op")
+}
+
+// BenchmarkClusterBatch is BenchmarkRedisBatch on the test cluster
+// (MSGAUDIT_REDIS_CLUSTER_URL), where a batch's pipeline is split into one
+// per master. round-trips/op counts the cluster client's commands and
+// pipelines: a pipeline once, however many masters it reaches.
+func BenchmarkClusterBatch(b *testing.B) {
+	for _, size := range []int{1, 10, 64} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			storetestkit.LockService(b, clusterLock, false)
+			cfg, err := redisconn.Parse(clusterTestURL(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			client := cfg.NewClient().(*redis.ClusterClient)
+			b.Cleanup(func() { _ = client.Close() })
+			prefix := "msgaudit-test:" + storetestkit.Hex(8) + ":"
+			b.Cleanup(func() { clusterDeletePrefix(b, client, prefix) })
+			var rt redisCounter
+			client.AddHook(&rt)
+			s, err := redisstore.New(client, prefix, idempotency.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			benchBatch(b, s, size, rt.n.Load)
 		})
 	}
 }
