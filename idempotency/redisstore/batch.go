@@ -27,7 +27,12 @@ var _ idempotency.BatchStore = (*Store)(nil)
 // When the server answers some keys and not others (a cluster node down, a
 // connection cut mid-pipeline) each unanswered key carries its own error
 // and the answered ones their verdicts; only when no key got an answer is
-// the error returned for the whole batch.
+// the error returned for the whole batch. As with TryClaim, a key the
+// server claimed but whose answer was lost stays claimed, by a token nobody
+// holds, until the claim TTL ends; and when go-redis resends a pipeline
+// whose answers it lost, a resent try-claim answers InProgress and a
+// resent confirm or release ErrClaimLost: errors on the safe side (nothing
+// is acknowledged), never a false Claimed or AlreadyConfirmed.
 func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res []idempotency.ClaimResult) error {
 	if len(res) != len(keys) {
 		return fmt.Errorf("idempotency: redis try-claim batch: %d results for %d keys", len(res), len(keys))
