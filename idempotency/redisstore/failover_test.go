@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/storetestkit"
@@ -267,8 +268,8 @@ func TestClusterFailover(t *testing.T) {
 
 	// go-redis logs every failed dial of the dead node; that is expected
 	// here and would bury the test's own report.
-	redis.SetLogger(quietLogger{})
-	t.Cleanup(func() { redis.SetLogger(stderrLogger{}) })
+	logging.Disable()
+	t.Cleanup(logging.Enable) // go-redis's default logger again
 
 	model := &failoverModel{st: map[string]*modelEntry{}}
 	var (
@@ -535,16 +536,4 @@ func TestClusterFailover(t *testing.T) {
 	if total-errs.Load() < 1000 {
 		t.Errorf("only %d operations answered: the storm did not exercise the store", total-errs.Load())
 	}
-}
-
-// quietLogger drops go-redis's internal log lines.
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
-
-// stderrLogger is go-redis's default: its lines on standard error.
-type stderrLogger struct{}
-
-func (stderrLogger) Printf(_ context.Context, format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "redis: "+format+"\n", args...)
 }
