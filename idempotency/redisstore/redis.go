@@ -188,7 +188,7 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 		return nil, err
 	}
 	red := idempotency.RedactURL(rawURL)
-	if _, err := redact.ParseURL(rawURL); err != nil {
+	if _, err := redact.ParseURL(redisconn.OneHost(rawURL)); err != nil {
 		return nil, fmt.Errorf("idempotency: redis: %w", err)
 	}
 	clean, prefix, err := splitRedisURL(rawURL)

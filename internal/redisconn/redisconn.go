@@ -353,3 +353,23 @@ func (c *Config) FailoverOptions() *redis.FailoverOptions { return c.failover }
 // Options returns the single-server client's options (nil unless Kind is
 // Single); changes to them reach NewClient.
 func (c *Config) Options() *redis.Options { return c.single }
+
+// OneHost returns rawURL with a cluster or Sentinel URL's address list
+// replaced by the single host "addrs", for checks that split a URL with
+// net/url, which refuses an IPv6 literal inside a list. Other URLs are
+// returned unchanged.
+func OneHost(rawURL string) string {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok || !strings.Contains(scheme, "+") {
+		return rawURL
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	userinfo := ""
+	if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
+		userinfo = rest[:at+1]
+	}
+	return scheme + "://" + userinfo + "addrs" + rest[end:]
+}

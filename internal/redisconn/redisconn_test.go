@@ -103,3 +103,17 @@ func TestParseCredentials(t *testing.T) {
 		t.Fatal("EnableContextTimeout did not reach the cluster options")
 	}
 }
+
+func TestOneHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"redis+cluster://u:p@127.0.0.1:1,[::1]:2/?x=1": "redis+cluster://u:p@addrs/?x=1",
+		"rediss+sentinel://[::1]:26379,h:1/m/0":        "rediss+sentinel://addrs/m/0",
+		"redis+cluster://h1:1,h2:2":                    "redis+cluster://addrs",
+		"redis://u:p@[::1]:6379/0":                     "redis://u:p@[::1]:6379/0",
+		"unix:///run/redis.sock":                       "unix:///run/redis.sock",
+	} {
+		if got := redisconn.OneHost(in); got != want {
+			t.Errorf("OneHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -36,7 +36,7 @@ func init() {
 }
 
 func openRedisURL(ctx context.Context, rawURL string) (metadata.StoreCloser, error) {
-	if err := metaurl.CheckURL(rawURL); err != nil {
+	if err := metaurl.CheckURL(redisconn.OneHost(rawURL)); err != nil {
 		return nil, err
 	}
 	prefix, rest, err := metaurl.CutParam(rawURL, metaurl.PrefixParam, DefaultPrefix)
