@@ -5,7 +5,6 @@ package crashtest
 import (
 	"context"
 	"fmt"
-	"github.com/acemq/msgaudit/internal/storetestkit"
 	mrand "math/rand/v2"
 	"os"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acemq/msgaudit/internal/storetestkit"
 	"github.com/acemq/msgaudit/internal/testenv"
 )
 
