@@ -30,7 +30,17 @@ const (
 	DefaultMaxKeyLength = idempotency.DefaultMaxKeyLength
 	// DefaultPurgeBatch is how many rows one Purge statement deletes.
 	DefaultPurgeBatch = 1000
+	// DefaultMaxBatch is the most deliveries one COMMIT covers.
+	DefaultMaxBatch = 32
+	// DefaultLinger is how long a batch takes new members at most.
+	DefaultLinger = 5 * time.Millisecond
+	// DefaultLanes is PostgreSQL's number of lanes when neither the
+	// options nor a consumer set it.
+	DefaultLanes = 4
 )
+
+// Savepoint is the name of every batch member's savepoint.
+const Savepoint = "msgaudit_inbox_member"
 
 // indexSuffix names the recorded_at index: table name + suffix.
 const indexSuffix = "_recorded_at_idx"
@@ -215,6 +225,37 @@ func Describe(op string, err error) error {
 		return fmt.Errorf("inbox: %s: lost a serialization race (the delivery is requeued): %w", op, err)
 	}
 	return fmt.Errorf("inbox: %s: %w", op, err)
+}
+
+// Broken reports whether err is PostgreSQL's "current transaction is
+// aborted" (SQLSTATE 25P02): an earlier statement of the transaction
+// failed and nothing but a rollback is accepted.
+func Broken(err error) bool {
+	var s sqlStater
+	return errors.As(err, &s) && s.SQLState() == "25P02"
+}
+
+// BatchLimits validates and defaults the batching options: a zero value
+// means its default, a negative one is an error.
+func BatchLimits(lanes, maxBatch int, linger time.Duration) (int, int, time.Duration, error) {
+	switch {
+	case lanes < 0:
+		return 0, 0, 0, fmt.Errorf("negative Lanes %d", lanes)
+	case maxBatch < 0:
+		return 0, 0, 0, fmt.Errorf("negative MaxBatch %d", maxBatch)
+	case linger < 0:
+		return 0, 0, 0, fmt.Errorf("negative Linger %v", linger)
+	}
+	if lanes == 0 {
+		lanes = DefaultLanes
+	}
+	if maxBatch == 0 {
+		maxBatch = DefaultMaxBatch
+	}
+	if linger == 0 {
+		linger = DefaultLinger
+	}
+	return lanes, maxBatch, linger, nil
 }
 
 // Limits validates and defaults the numeric options: a zero retention,
