@@ -907,6 +907,28 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
+// checkLanes sizes the inbox's lanes (transactions open at once, each
+// running its deliveries' handlers one after the other) to the handlers
+// when the inbox's options left them open, and refuses more lanes than
+// handlers (a delivery holding a lane, and with it the uncommitted work of
+// its batch, could wait for a handler slot held by a handler waiting for
+// that work's locks) or than the pool's connections (each lane holds one).
+func checkLanes(ib receiver.Selector, handlers int) error {
+	lanes := 0
+	if s, ok := ib.(interface{ SizeLanes(handlers int) int }); ok {
+		lanes = s.SizeLanes(handlers)
+	}
+	if lanes > handlers {
+		return fmt.Errorf("%w: the inbox has %d lanes but %d handlers run at once; a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most the concurrency", ErrConfig, lanes, handlers)
+	}
+	if p, ok := ib.(interface{ MaxOpenConns() int }); ok {
+		if n := p.MaxOpenConns(); n > 0 && n < lanes {
+			return fmt.Errorf("%w: the inbox's database pool allows %d connections but the inbox has %d lanes, and each holds a connection for its open transaction; raise the pool's limit or lower Concurrency (or the inbox's Options.Lanes)", ErrConfig, n, lanes)
+		}
+	}
+	return nil
+}
+
 // checkInbox refuses configurations that would defeat the transactional
 // inbox; handlers is the number of handler goroutines.
 func checkInbox(cfg Config, handlers int) error {
@@ -923,10 +945,5 @@ func checkInbox(cfg Config, handlers int) error {
 	case cfg.MissingKey == receiver.MissingKeyProcess:
 		return fmt.Errorf("%w: Inbox with MissingKeyProcess: a delivery without a key would reach the handler without the inbox's transaction; dead-letter it instead", ErrConfig)
 	}
-	if p, ok := cfg.Inbox.(interface{ MaxOpenConns() int }); ok {
-		if n := p.MaxOpenConns(); n > 0 && n < handlers {
-			return fmt.Errorf("%w: the inbox's database pool allows %d connections but %d handlers run at once, and each holds a connection for its transaction; raise the pool's limit or lower Concurrency", ErrConfig, n, handlers)
-		}
-	}
-	return nil
+	return checkLanes(cfg.Inbox, handlers)
 }
