@@ -165,6 +165,13 @@ func (p *Pool) Linger() time.Duration { return p.c.Linger }
 // members they covered.
 func (p *Pool) Stats() (commits, members uint64) { return p.commits.Load(), p.members.Load() }
 
+// Waiting returns how many deliveries wait for a lane.
+func (p *Pool) Waiting() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.waiters)
+}
+
 // put gives a lane without an open batch to the first waiter, or frees
 // it. p.mu is held.
 func (p *Pool) put(l *lane) {
