@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/acemq/msgaudit/inbox"
@@ -55,5 +56,55 @@ func BenchmarkInbox(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkInboxParallel is the inbox's cost per new message with many
+// concurrent receiver.Process callers (16 goroutines on 2 CPUs: 8 per
+// GOMAXPROCS) on one inbox, the handler a no-op: MaxBatch 1 (a
+// transaction per message: BEGIN, INSERT, COMMIT) against the default
+// (batches: a savepoint and an INSERT per message, one COMMIT per batch).
+// Lanes are the defaults: one on SQLite, DefaultLanes on PostgreSQL.
+// msgs/commit is how many messages a COMMIT covered on average.
+func BenchmarkInboxParallel(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		open func(testing.TB) *backend
+	}{
+		{"sqlite", newSQLite},
+		{"postgres", func(t testing.TB) *backend { return newPostgres(t, false) }},
+	} {
+		for _, mb := range []int{1, 0} {
+			name := c.name + "/maxbatch=" + strconv.Itoa(mb)
+			if mb == 0 {
+				name = c.name + "/default"
+			}
+			b.Run(name, func(b *testing.B) {
+				be := c.open(b)
+				ib := be.newInbox(b, inbox.Options{MaxBatch: mb})
+				r := newReceiver(b, ib, nil)
+				h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return nil })
+				prefix := "p-" + randHex(4) + "-"
+				ctx := context.Background()
+				var n atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(8)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						i := n.Add(1)
+						if res := r.Process(ctx, msg(prefix+strconv.FormatInt(i, 10)), h); res.Action != receiver.Ack {
+							b.Errorf("delivery %d: %v %s %v", i, res.Action, res.Reason, res.Err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				commits, members := ib.Batches()
+				if commits > 0 {
+					b.ReportMetric(float64(members)/float64(commits), "msgs/commit")
+				}
+			})
+		}
 	}
 }
