@@ -227,7 +227,7 @@ func (p *Pool) acquire(ctx context.Context) (*lane, error) {
 	p.mu.Unlock()
 	// The lane was handed over as ctx ended: pass it on.
 	l := <-w
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	fctx, cancel := detached(ctx)
 	p.finish(fctx, l)
 	cancel()
 	return nil, ctx.Err()
@@ -275,7 +275,7 @@ func (p *Pool) commit(ctx context.Context, l *lane) {
 // abort rolls l's transaction back after cause made it unusable: the
 // batch's members are told (culprit, when known, with its own error).
 func (p *Pool) abort(l *lane, cause error, culprit *member) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := detached(context.Background())
 	_ = l.tx.Rollback(ctx)
 	cancel()
 	b := l.b
@@ -290,6 +290,16 @@ func (p *Pool) abort(l *lane, cause error, culprit *member) {
 	}
 	l.reset()
 	close(b.done)
+}
+
+// detachTimeout bounds the rollbacks and commits a lane runs outside a
+// member's settlement (after a delivery's context ended, for example).
+const detachTimeout = 10 * time.Second
+
+// detached returns a context with ctx's values, not its cancellation,
+// ending after detachTimeout.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
 }
 
 func (l *lane) reset() {
@@ -319,7 +329,9 @@ func (p *Pool) Select(ctx context.Context, ns, key string) (receiver.Decision, e
 		if _, ok := l.keys[k]; ok {
 			// The key's first delivery is in this very batch, not yet
 			// committed: the outcome is unknown until the COMMIT.
-			p.finish(context.WithoutCancel(ctx), l)
+			fctx, cancel := detached(ctx)
+			p.finish(fctx, l)
+			cancel()
 			return receiver.Decision{Verdict: receiver.Defer, Reason: "in-flight", Detail: "in-batch"}, nil
 		}
 	}
@@ -362,7 +374,8 @@ func (p *Pool) Select(ctx context.Context, ns, key string) (receiver.Decision, e
 // undo rolls back the lane holder's own work (the whole transaction for a
 // batch's first member) and ends its turn.
 func (p *Pool) undo(ctx context.Context, l *lane, first bool) {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	if first {
 		_ = l.tx.Rollback(ctx)
 		l.reset()
