@@ -227,9 +227,7 @@ func (p *Pool) acquire(ctx context.Context) (*lane, error) {
 	p.mu.Unlock()
 	// The lane was handed over as ctx ended: pass it on.
 	l := <-w
-	fctx, cancel := detached(ctx)
-	p.finish(fctx, l)
-	cancel()
+	p.finish(context.WithoutCancel(ctx), l)
 	return nil, ctx.Err()
 }
 
@@ -256,10 +254,19 @@ func (p *Pool) finish(ctx context.Context, l *lane) {
 
 // commit commits l's batch and tells its members.
 func (p *Pool) commit(ctx context.Context, l *lane) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = detached(ctx)
+		defer cancel()
+	}
 	b := l.b
 	err := l.tx.Commit(ctx)
 	p.commits.Add(1)
 	p.members.Add(uint64(l.n))
+	if b == nil { // no member awaits it
+		l.reset()
+		return
+	}
 	if err != nil {
 		if p.c.Ended(err) && l.last != nil {
 			b.culprit, b.culpritErr = l.last, ErrTxEnded
@@ -279,6 +286,10 @@ func (p *Pool) abort(l *lane, cause error, culprit *member) {
 	_ = l.tx.Rollback(ctx)
 	cancel()
 	b := l.b
+	if b == nil { // no member awaits the COMMIT
+		l.reset()
+		return
+	}
 	b.err = fmt.Errorf("%w: %w", ErrAborted, cause)
 	if culprit != nil {
 		b.culprit = culprit
@@ -329,9 +340,7 @@ func (p *Pool) Select(ctx context.Context, ns, key string) (receiver.Decision, e
 		if _, ok := l.keys[k]; ok {
 			// The key's first delivery is in this very batch, not yet
 			// committed: the outcome is unknown until the COMMIT.
-			fctx, cancel := detached(ctx)
-			p.finish(fctx, l)
-			cancel()
+			p.finish(context.WithoutCancel(ctx), l)
 			return receiver.Decision{Verdict: receiver.Defer, Reason: "in-flight", Detail: "in-batch"}, nil
 		}
 	}
@@ -342,10 +351,7 @@ func (p *Pool) Select(ctx context.Context, ns, key string) (receiver.Decision, e
 			p.release(l)
 			return fail("begin", err)
 		}
-		l.tx, l.b, l.start = tx, &batch{done: make(chan struct{})}, time.Now()
-		if l.keys == nil {
-			l.keys = make(map[string]struct{}, p.c.MaxBatch)
-		}
+		l.tx, l.start = tx, time.Now()
 	}
 	tx := l.tx
 	inserted, err := tx.Insert(ctx, !first, ns, key)
@@ -362,6 +368,12 @@ func (p *Pool) Select(ctx context.Context, ns, key string) (receiver.Decision, e
 		p.undo(ctx, l, first)
 		return receiver.Decision{Verdict: receiver.Reject, Reason: "inbox", Detail: "recorded"}, nil
 	}
+	if l.b == nil {
+		l.b = &batch{done: make(chan struct{})}
+	}
+	if l.keys == nil {
+		l.keys = make(map[string]struct{}, min(p.c.MaxBatch, 64))
+	}
 	l.keys[k] = struct{}{}
 	m := &member{p: p, l: l, tx: tx, first: first, k: k}
 	return receiver.Decision{
@@ -374,8 +386,7 @@ func (p *Pool) Select(ctx context.Context, ns, key string) (receiver.Decision, e
 // undo rolls back the lane holder's own work (the whole transaction for a
 // batch's first member) and ends its turn.
 func (p *Pool) undo(ctx context.Context, l *lane, first bool) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx) // commit bounds itself
 	if first {
 		_ = l.tx.Rollback(ctx)
 		l.reset()
