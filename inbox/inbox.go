@@ -415,6 +415,7 @@ type sqlTx struct {
 	ib     *Inbox
 	tx     *sql.Tx
 	cancel context.CancelFunc
+	pid    int64 // PostgreSQL's server process, once known
 }
 
 // savepoint names every member's savepoint; members nest, so ROLLBACK TO
@@ -423,14 +424,47 @@ const savepoint = inboxsql.Savepoint
 
 func (t *sqlTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, error) {
 	if sp {
+		// A later member's statements must not be cancelled through ctx:
+		// a driver gives up a cancelled statement by breaking its
+		// connection (pgx) or rolling back the whole transaction (SQLite),
+		// which would lose the batch's other members. On SQLite the INSERT
+		// never waits (the transaction holds the write lock); on
+		// PostgreSQL it may wait on the unique index for another
+		// transaction, so ctx ending cancels it on the server instead.
+		ctx0 := ctx
+		ctx = context.WithoutCancel(ctx)
 		t0 := time.Now()
 		_, err := t.tx.ExecContext(ctx, `SAVEPOINT `+savepoint)
 		t.ib.count.Observe(time.Since(t0), err)
 		if err != nil {
 			return false, err
 		}
+		if t.pid != 0 {
+			var inserted bool
+			err := inboxsql.Guard(ctx0, func(c context.Context) error {
+				_, err := t.ib.db.ExecContext(c, inboxsql.CancelBackend, t.pid)
+				return err
+			}, func(c context.Context) error {
+				var err error
+				inserted, err = t.insert(c, ns, key)
+				return err
+			})
+			return inserted, err
+		}
 	}
+	return t.insert(ctx, ns, key)
+}
+
+// insert runs the INSERT; on PostgreSQL it learns the server process's id
+// too (Guard's cancel needs it).
+func (t *sqlTx) insert(ctx context.Context, ns, key string) (bool, error) {
 	t0 := time.Now()
+	if q := t.ib.sql.InsertPID; q != "" {
+		var n int64
+		err := t.tx.QueryRowContext(ctx, q, ns, key).Scan(&t.pid, &n)
+		t.ib.count.Observe(time.Since(t0), err)
+		return n > 0, err
+	}
 	res, err := t.tx.ExecContext(ctx, t.ib.sql.Insert, t.ib.sql.InsertArgs(ns, key, t0)...)
 	var n int64
 	if err == nil {

@@ -207,19 +207,30 @@ func (t *pgxTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, erro
 		t.ib.count.Observe(time.Since(t0), err)
 		return tag.RowsAffected() > 0, err
 	}
-	// The savepoint and the INSERT in one round trip.
-	var b pgx.Batch
-	b.Queue(`SAVEPOINT ` + inboxsql.Savepoint)
-	b.Queue(t.ib.sql.Insert, ns, key)
-	br := t.tx.SendBatch(ctx, &b)
-	_, err := br.Exec()
+	// The savepoint and the INSERT in one round trip. A later member's
+	// statements must not be cancelled through ctx (pgx gives up a
+	// cancelled statement by breaking the connection, which would lose the
+	// batch's other members): the INSERT may wait on the unique index for
+	// another transaction, so ctx ending cancels it on the server instead.
+	pid := t.tx.Conn().PgConn().PID()
 	var tag pgconn.CommandTag
-	if err == nil {
-		tag, err = br.Exec()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	err := inboxsql.Guard(ctx, func(c context.Context) error {
+		_, err := t.ib.pool.Exec(c, inboxsql.CancelBackend, pid)
+		return err
+	}, func(c context.Context) error {
+		var b pgx.Batch
+		b.Queue(`SAVEPOINT ` + inboxsql.Savepoint)
+		b.Queue(t.ib.sql.Insert, ns, key)
+		br := t.tx.SendBatch(c, &b)
+		_, err := br.Exec()
+		if err == nil {
+			tag, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
 	t.ib.count.Observe(time.Since(t0), err)
 	return tag.RowsAffected() > 0, err
 }

@@ -6,6 +6,7 @@
 package inboxsql
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -60,6 +61,9 @@ type SQL struct {
 	Insert, Contains, Purge string
 	// Probe fails unless the database speaks the dialect.
 	Probe string
+	// InsertPID is PostgreSQL's Insert returning the server process's id
+	// and the rows inserted (0 or 1), in one round trip; "" on SQLite.
+	InsertPID string
 	// Postgres tells the dialect.
 	Postgres bool
 }
@@ -93,7 +97,9 @@ func Build(table string, postgres bool) (SQL, error) {
 )`,
 				`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (recorded_at)`,
 			},
-			Insert:   `INSERT INTO ` + t + ` (namespace, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			Insert: `INSERT INTO ` + t + ` (namespace, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			InsertPID: `WITH ins AS (INSERT INTO ` + t + ` (namespace, key) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1)
+SELECT pg_backend_pid(), count(*) FROM ins`,
 			Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = $1 AND key = $2)`,
 			Purge: `DELETE FROM ` + t + ` WHERE (namespace, key) IN (SELECT namespace, key FROM ` + t +
 				` WHERE recorded_at < $1 ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
@@ -225,6 +231,44 @@ func Describe(op string, err error) error {
 		return fmt.Errorf("inbox: %s: lost a serialization race (the delivery is requeued): %w", op, err)
 	}
 	return fmt.Errorf("inbox: %s: %w", op, err)
+}
+
+// CancelBackend is PostgreSQL's statement that asks server process $1 to
+// cancel the statement it is running (a no-op when it runs none).
+const CancelBackend = `SELECT pg_cancel_backend($1)`
+
+// hardAfter is how long Guard waits after a server-side cancel before it
+// cancels the statement's own context, breaking its connection.
+const hardAfter = 5 * time.Second
+
+// Guard runs op under a context detached from ctx: when ctx ends while op
+// runs, cancel asks the server to cancel op's statement (PostgreSQL's
+// pg_cancel_backend through another connection), so the statement fails
+// and the connection and its transaction survive (a ROLLBACK TO SAVEPOINT
+// then undoes only that statement). Cancelling op's own context instead
+// would make the driver break the connection, and with it the whole
+// transaction. If op has not returned hardAfter after the server-side
+// cancel, its context is cancelled all the same. Guard returns after any
+// cancel it sent was answered, so the cancel cannot reach a later
+// statement.
+func Guard(ctx context.Context, cancel func(context.Context) error, op func(context.Context) error) error {
+	octx, hard := context.WithCancel(context.WithoutCancel(ctx))
+	defer hard()
+	done := make(chan struct{})
+	var timer *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		cctx, c := context.WithTimeout(context.WithoutCancel(ctx), hardAfter)
+		_ = cancel(cctx)
+		c()
+		timer = time.AfterFunc(hardAfter, hard)
+	})
+	err := op(octx)
+	if !stop() {
+		<-done
+		timer.Stop()
+	}
+	return err
 }
 
 // Broken reports whether err is PostgreSQL's "current transaction is
