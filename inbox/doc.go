@@ -68,7 +68,10 @@
 //     (ROLLBACK TO SAVEPOINT); the others of its batch commit once.
 //   - Errors of the INSERT (a serialization failure, a deadlock, a wait on
 //     the unique index bounded by the delivery's context) roll back to the
-//     savepoint and requeue that delivery alone. A deadlock between two
+//     savepoint and requeue that delivery alone. A later member's wait is
+//     ended on the server (pg_cancel_backend through another pool
+//     connection, allowed for the role's own sessions), not by breaking
+//     the lane's connection, which would lose the whole batch. A deadlock between two
 //     lanes, each holding a key the other's next delivery inserts, is
 //     broken by PostgreSQL's deadlock detector: one delivery is requeued,
 //     its lane commits, and the other finds the key.

@@ -201,3 +201,61 @@ func TestBatchConcurrentProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchMemberLockWaitTimesOut: a batch member's INSERT waits on the
+// unique index for another pool's uncommitted delivery of its key until
+// the member's context ends; that member alone is requeued, the member
+// before it in the batch commits, the connection survives.
+func TestBatchMemberLockWaitTimesOut(t *testing.T) {
+	f := newFixture(t, 0)
+	ib, err := pgxinbox.New(context.Background(), f.pool, inbox.Options{Table: f.table, Lanes: 1, MaxBatch: 100, Linger: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, x := "lw-"+randHex(6), "lx-"+randHex(6)
+	apply := func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error { return f.apply(ctx, tx, m.Key, "ok") }
+	inA, releaseA := make(chan struct{}), make(chan struct{})
+	doneA := make(chan receiver.Result, 1)
+	go func() { // another inbox on the pool: another process, as far as the lanes know
+		doneA <- process(f.receiver(t), k, pgxinbox.Handler(func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error {
+			if err := apply(ctx, tx, m); err != nil {
+				return err
+			}
+			close(inA)
+			<-releaseA
+			return nil
+		}))
+	}()
+	<-inA
+	r, err := receiver.New(receiver.Config{Selectors: []receiver.Selector{ib}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done0, in0 := make(chan receiver.Result, 1), make(chan struct{})
+	go func() {
+		done0 <- process(r, x, pgxinbox.Handler(func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error {
+			close(in0)
+			for deadline := time.Now().Add(30 * time.Second); pgxinbox.Waiting(ib) != 1 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			return apply(ctx, tx, m)
+		}))
+	}()
+	<-in0
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	res1 := r.Process(ctx, &receiver.Message{Key: k, Destination: testQueue}, pgxinbox.Handler(func(context.Context, pgx.Tx, *receiver.Message) error {
+		t.Error("the member whose INSERT waited ran its handler")
+		return nil
+	}))
+	cancel()
+	if res1.Action != receiver.Requeue {
+		t.Errorf("the waiting member: %v (%s, %v); want a requeue", res1.Action, res1.Reason, res1.Err)
+	}
+	if res0 := <-done0; res0.Action != receiver.Ack || res0.Duplicate || f.applied(t, x) != 1 {
+		t.Errorf("the member before it: %v (%s, %v), applied %d; want an ack, committed once", res0.Action, res0.Reason, res0.Err, f.applied(t, x))
+	}
+	close(releaseA)
+	if resA := <-doneA; resA.Action != receiver.Ack || f.applied(t, k) != 1 {
+		t.Errorf("the other delivery: %v (%s, %v), applied %d; want an ack, once", resA.Action, resA.Reason, resA.Err, f.applied(t, k))
+	}
+}
