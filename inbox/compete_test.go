@@ -121,7 +121,7 @@ func waitBlocked(t *testing.T, b *backend, table string) {
 	for {
 		var n int
 		err := b.db.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO "' || $1 || '"%'`, table).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "' || $1 || '"%'`, table).Scan(&n)
 		if err != nil {
 			t.Fatalf("pg_stat_activity: %v", err)
 		}

@@ -161,7 +161,8 @@
 // recorded one three (BEGIN, INSERT, ROLLBACK); a later member of a batch
 // costs SAVEPOINT and INSERT (one call on pgx, which sends them together),
 // plus ROLLBACK TO and RELEASE when it fails, and the batch one BEGIN and
-// one COMMIT. Inbox.Batches counts the COMMITs and the deliveries they
+// one COMMIT (on PostgreSQL through database/sql, and one query of the
+// server process's id when the batch gets a second member). Inbox.Batches counts the COMMITs and the deliveries they
 // covered. Duplicates the inbox rejects are
 // counted by the receiver under the reason "inbox" (DuplicatesOther).
 package inbox

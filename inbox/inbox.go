@@ -439,6 +439,14 @@ func (t *sqlTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, erro
 		if err != nil {
 			return false, err
 		}
+		if t.pid == 0 && t.ib.sql.PID != "" { // once a batch
+			t0 := time.Now()
+			err := t.tx.QueryRowContext(ctx, t.ib.sql.PID).Scan(&t.pid)
+			t.ib.count.Observe(time.Since(t0), err)
+			if err != nil {
+				return false, err
+			}
+		}
 		if t.pid != 0 {
 			var inserted bool
 			err := inboxsql.Guard(ctx0, func(c context.Context) error {
@@ -455,16 +463,9 @@ func (t *sqlTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, erro
 	return t.insert(ctx, ns, key)
 }
 
-// insert runs the INSERT; on PostgreSQL it learns the server process's id
-// too (Guard's cancel needs it).
+// insert runs the INSERT.
 func (t *sqlTx) insert(ctx context.Context, ns, key string) (bool, error) {
 	t0 := time.Now()
-	if q := t.ib.sql.InsertPID; q != "" {
-		var n int64
-		err := t.tx.QueryRowContext(ctx, q, ns, key).Scan(&t.pid, &n)
-		t.ib.count.Observe(time.Since(t0), err)
-		return n > 0, err
-	}
 	res, err := t.tx.ExecContext(ctx, t.ib.sql.Insert, t.ib.sql.InsertArgs(ns, key, t0)...)
 	var n int64
 	if err == nil {

@@ -61,9 +61,8 @@ type SQL struct {
 	Insert, Contains, Purge string
 	// Probe fails unless the database speaks the dialect.
 	Probe string
-	// InsertPID is PostgreSQL's Insert returning the server process's id
-	// and the rows inserted (0 or 1), in one round trip; "" on SQLite.
-	InsertPID string
+	// PID returns PostgreSQL's server process id; "" on SQLite.
+	PID string
 	// Postgres tells the dialect.
 	Postgres bool
 }
@@ -97,9 +96,8 @@ func Build(table string, postgres bool) (SQL, error) {
 )`,
 				`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (recorded_at)`,
 			},
-			Insert: `INSERT INTO ` + t + ` (namespace, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-			InsertPID: `WITH ins AS (INSERT INTO ` + t + ` (namespace, key) VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING 1)
-SELECT pg_backend_pid(), count(*) FROM ins`,
+			Insert:   `INSERT INTO ` + t + ` (namespace, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			PID:      `SELECT pg_backend_pid()`,
 			Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = $1 AND key = $2)`,
 			Purge: `DELETE FROM ` + t + ` WHERE (namespace, key) IN (SELECT namespace, key FROM ` + t +
 				` WHERE recorded_at < $1 ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
