@@ -103,7 +103,7 @@ type eviction struct {
 // Audit serialises access.
 type counters struct {
 	checks     uint64
-	verdicts   [4]uint64 // indexed by Verdict&3
+	sightings  [4]uint64 // indexed by Sighting&3
 	malformed  uint64
 	tooLong    uint64
 	evictions  uint64
@@ -193,7 +193,7 @@ func (a *Audit) restamp(e *entry, stamp uint64) {
 // either is counted, creates no producer entry and comes with TooOld ("the
 // audit cannot tell"). Checking a tracked producer allocates nothing; a new
 // producer may evict the least recently used one.
-func (a *Audit) Check(id string) (Verdict, error) {
+func (a *Audit) Check(id string) (Sighting, error) {
 	if len(id) > a.cfg.maxIDLength {
 		_, _, err := a.reject(id)
 		return TooOld, err
@@ -217,10 +217,10 @@ func (a *Audit) Check(id string) (Verdict, error) {
 
 // mark checks seq on a tracked producer (a shard's caller also stamps the
 // epoch). The caller counted the check.
-func (a *Audit) mark(e *entry, seq uint64) (v Verdict) {
+func (a *Audit) mark(e *entry, seq uint64) (v Sighting) {
 	e.touched = a.st.checks
 	v = e.bin.Mark(seq)
-	a.st.verdicts[v&3]++
+	a.st.sightings[v&3]++
 	return
 }
 
@@ -244,7 +244,7 @@ func (a *Audit) countReject(err error) {
 // CheckKey is Check for an id already split into producer key and
 // sequence. An empty key (counted Malformed) or one longer than MaxIDLength
 // (counted TooLong) records nothing and returns TooOld.
-func (a *Audit) CheckKey(key string, seq uint64) Verdict {
+func (a *Audit) CheckKey(key string, seq uint64) Sighting {
 	v, _ := a.checkKey(key, seq)
 	if len(a.pending) != 0 {
 		a.flush()
@@ -253,7 +253,7 @@ func (a *Audit) CheckKey(key string, seq uint64) Verdict {
 }
 
 // IsDuplicate is ActiveMQ's isDuplicate(String): it records id like Check
-// and reports whether the verdict is Duplicate. Malformed, too long and
+// and reports whether the sighting is Duplicate. Malformed, too long and
 // too old ids are not duplicates.
 func (a *Audit) IsDuplicate(id string) bool {
 	v, err := a.Check(id)
@@ -263,7 +263,7 @@ func (a *Audit) IsDuplicate(id string) bool {
 // checkKey is the hot path shared by all audit types. ok is false only in
 // a shard of a Sharded audit whose budget is exhausted; the check is then
 // not counted and the caller must free a slot and call checkKeyToken.
-func (a *Audit) checkKey(key string, seq uint64) (v Verdict, ok bool) {
+func (a *Audit) checkKey(key string, seq uint64) (v Sighting, ok bool) {
 	a.st.checks++
 	if e, found := a.lru.Get(key); found {
 		e.touched = a.st.checks
@@ -271,7 +271,7 @@ func (a *Audit) checkKey(key string, seq uint64) (v Verdict, ok bool) {
 			a.touchShard(e)
 		}
 		v = e.bin.Mark(seq)
-		a.st.verdicts[v&3]++
+		a.st.sightings[v&3]++
 		return v, true
 	}
 	return a.checkMiss(key, seq, false)
@@ -279,13 +279,13 @@ func (a *Audit) checkKey(key string, seq uint64) (v Verdict, ok bool) {
 
 // checkKeyToken is checkKey for a caller holding a budget slot (Sharded).
 // It reports whether the slot was used; if not, the caller releases it.
-func (a *Audit) checkKeyToken(key string, seq uint64) (v Verdict, used bool) {
+func (a *Audit) checkKeyToken(key string, seq uint64) (v Sighting, used bool) {
 	a.st.checks++
 	if e, found := a.lru.Get(key); found {
 		e.touched = a.st.checks
 		a.touchShard(e)
 		v = e.bin.Mark(seq)
-		a.st.verdicts[v&3]++
+		a.st.sightings[v&3]++
 		return v, false
 	}
 	if key == "" || len(key) > a.cfg.maxIDLength {
@@ -296,7 +296,7 @@ func (a *Audit) checkKeyToken(key string, seq uint64) (v Verdict, used bool) {
 	return v, true
 }
 
-func (a *Audit) checkMiss(key string, seq uint64, token bool) (Verdict, bool) {
+func (a *Audit) checkMiss(key string, seq uint64, token bool) (Sighting, bool) {
 	if key == "" {
 		a.st.malformed++
 		return TooOld, true
@@ -312,7 +312,7 @@ func (a *Audit) checkMiss(key string, seq uint64, token bool) (Verdict, bool) {
 	}
 	e.touched = a.st.checks
 	v := e.bin.Mark(seq)
-	a.st.verdicts[v&3]++
+	a.st.sightings[v&3]++
 	return v, true
 }
 
@@ -525,9 +525,9 @@ func (a *Audit) setMaxProducers(n int) {
 func (a *Audit) Stats() Stats {
 	return Stats{
 		Checks:          a.st.checks,
-		New:             a.st.verdicts[FirstSeen],
-		Duplicates:      a.st.verdicts[Duplicate],
-		TooOld:          a.st.verdicts[TooOld],
+		New:             a.st.sightings[FirstSeen],
+		Duplicates:      a.st.sightings[Duplicate],
+		TooOld:          a.st.sightings[TooOld],
 		Malformed:       a.st.malformed,
 		TooLong:         a.st.tooLong,
 		Evictions:       a.st.evictions,

@@ -29,7 +29,7 @@ func inOrderIDs(g, producers, n int) []string {
 const idCount = 1 << 16
 
 type benchAuditor interface {
-	Check(id string) (audit.Verdict, error)
+	Check(id string) (audit.Sighting, error)
 	Rollback(id string) error
 	Clear()
 }

@@ -9,8 +9,8 @@ import (
 // auditor is the method set shared by Audit, Locked and Sharded; every
 // table and property test runs on all of them.
 type auditor interface {
-	Check(id string) (audit.Verdict, error)
-	CheckKey(key string, seq uint64) audit.Verdict
+	Check(id string) (audit.Sighting, error)
+	CheckKey(key string, seq uint64) audit.Sighting
 	IsDuplicate(id string) bool
 	Rollback(id string) error
 	RollbackKey(key string, seq uint64)
@@ -74,7 +74,7 @@ func forEachKind(t *testing.T, f func(t *testing.T, k kind)) {
 // step is one call of a table row and its expected result.
 type step struct {
 	id   string
-	want audit.Verdict
+	want audit.Sighting
 }
 
 func runSteps(t *testing.T, a auditor, steps []step) {

@@ -81,7 +81,7 @@ func TestConcurrentExactNew(t *testing.T) {
 					}
 					r.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 					for i, x := range ids {
-						var v audit.Verdict
+						var v audit.Sighting
 						if i%2 == 0 {
 							var err error
 							if v, err = a.Check(fmt.Sprintf("%s:%d", x.key, x.seq)); err != nil {
@@ -108,10 +108,10 @@ func TestConcurrentExactNew(t *testing.T) {
 				t.Fatal(b)
 			}
 			if got, want := fresh.Load(), int64(workers*seqs+shared*seqs); got != want {
-				t.Fatalf("%d FirstSeen verdicts, want %d", got, want)
+				t.Fatalf("%d FirstSeen sightings, want %d", got, want)
 			}
 			if got, want := dups.Load(), int64((workers-1)*shared*seqs); got != want {
-				t.Fatalf("%d Duplicate verdicts, want %d", got, want)
+				t.Fatalf("%d Duplicate sightings, want %d", got, want)
 			}
 		})
 	}

@@ -44,7 +44,7 @@
 //     and create no producer entry, so garbage cannot evict real producers
 //     (ActiveMQ creates the entry, then throws or answers "not a
 //     duplicate").
-//   - TooOld is its own verdict; IsDuplicate reports only Duplicate as true,
+//   - TooOld is its own sighting; IsDuplicate reports only Duplicate as true,
 //     which fails open like ActiveMQ.
 //   - Rollback never creates a producer and never slides a window (ActiveMQ's
 //     rollback of a sequence above the window slides it and wipes its
@@ -63,8 +63,7 @@
 //
 // # Naming
 //
-// One package cannot declare both a constructor New and a verdict constant
-// New. The constructor keeps the name New (like NewLocked and NewSharded)
-// and the verdict for a first sighting is FirstSeen, the same value as
-// bitsetbin.New. Stats.New counts it.
+// A check answers a Sighting (FirstSeen, Duplicate or TooOld), the same
+// type and values as bitsetbin's; "verdict" is the receiver's word for its
+// decision (Accept, Reject, Defer). Stats.New counts FirstSeen.
 package audit

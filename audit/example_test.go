@@ -24,10 +24,10 @@ func ExampleAudit_Check() {
 	}
 	fmt.Println(a.Len(), "producer")
 	// Output:
-	// new <nil>
-	// new <nil>
+	// first-seen <nil>
+	// first-seen <nil>
 	// duplicate <nil>
-	// new <nil>
+	// first-seen <nil>
 	// too-old <nil>
 	// too-old msgid: malformed id: "not-an-id"
 	// 1 producer
@@ -58,7 +58,7 @@ func ExampleLocked() {
 	// Output:
 	// evicted p1 (recent true)
 	// evicted p2 (recent true)
-	// new 2
+	// first-seen 2
 }
 
 func ExampleSharded() {
@@ -66,7 +66,7 @@ func ExampleSharded() {
 	v1, _ := a.Check("ID:host-1-2-3:1:1:1:5")
 	v2, _ := a.Check("ID:host-1-2-3:1:1:1:5")
 	fmt.Println(v1, v2)
-	// Output: new duplicate
+	// Output: first-seen duplicate
 }
 
 func ExampleAudit_MarshalBinary() {

@@ -37,7 +37,7 @@ func (l *Locked) unlock() {
 
 // Check is Audit.Check under the lock. The id is parsed before the lock is
 // taken.
-func (l *Locked) Check(id string) (Verdict, error) {
+func (l *Locked) Check(id string) (Sighting, error) {
 	if len(id) > l.a.cfg.maxIDLength { // immutable after New
 		l.mu.Lock()
 		_, _, err := l.a.reject(id)
@@ -65,7 +65,7 @@ func (l *Locked) Check(id string) (Verdict, error) {
 }
 
 // CheckKey is Audit.CheckKey under the lock.
-func (l *Locked) CheckKey(key string, seq uint64) Verdict {
+func (l *Locked) CheckKey(key string, seq uint64) Sighting {
 	l.mu.Lock()
 	v, _ := l.a.checkKey(key, seq)
 	l.unlock()

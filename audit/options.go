@@ -6,16 +6,14 @@ import (
 	"github.com/acemq/msgaudit/bitsetbin"
 )
 
-// Verdict is the outcome of one check: FirstSeen (bitsetbin.New),
-// Duplicate or TooOld.
-type Verdict = bitsetbin.Verdict
+// Sighting is the outcome of one check: FirstSeen, Duplicate or TooOld
+// (the type of bitsetbin, under the same names).
+type Sighting = bitsetbin.Sighting
 
 const (
-	// FirstSeen (bitsetbin.New) means the id was not seen before (or was
-	// rolled back) and is now recorded. It is bitsetbin.New under another
-	// name because this package's constructor is New; see the package
-	// documentation.
-	FirstSeen = bitsetbin.New
+	// FirstSeen means the id was not seen before (or was rolled back) and
+	// is now recorded.
+	FirstSeen = bitsetbin.FirstSeen
 	// Duplicate means the id was recorded before and not rolled back.
 	Duplicate = bitsetbin.Duplicate
 	// TooOld means nothing was recorded and the audit cannot tell: the
@@ -122,7 +120,7 @@ type Stats struct {
 	// Checks counts Check, CheckKey and IsDuplicate calls, including
 	// rejected ids.
 	Checks uint64
-	// New, Duplicates and TooOld count the verdicts of accepted checks.
+	// New, Duplicates and TooOld count the sightings of accepted checks.
 	New, Duplicates, TooOld uint64
 	// Malformed counts ids (or CheckKey keys) rejected as malformed by any
 	// method; TooLong those rejected for exceeding MaxIDLength.

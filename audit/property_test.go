@@ -43,7 +43,7 @@ func drawSeq(t *rapid.T, hi uint64, depth int) uint64 {
 }
 
 // TestPropertyAgainstModel runs random traces of check / replay / rollback
-// / jump / clear / snapshot on every audit type and checks each verdict
+// / jump / clear / snapshot on every audit type and checks each sighting
 // against the reference model: no false duplicate ever, no missed duplicate
 // within the guaranteed depth while the producer is tracked (the cap is at
 // least the number of producers, so none is evicted), TooOld only below the
@@ -82,7 +82,7 @@ func propertyTrace(rt *rapid.T, k kind) {
 	}
 	inOrder := make(map[string]last) // last IsInOrder sequence per producer
 	check := func(rt *rapid.T, key string, seq uint64) {
-		var v audit.Verdict
+		var v audit.Sighting
 		if rapid.Bool().Draw(rt, "string form") {
 			var err error
 			if v, err = a.Check(fmt.Sprintf("%s:%d", key, seq)); err != nil {

@@ -210,7 +210,7 @@ func (s *Sharded) countReject(err error, check bool) {
 }
 
 // Check is Audit.Check; only the producer's shard is locked.
-func (s *Sharded) Check(id string) (Verdict, error) {
+func (s *Sharded) Check(id string) (Sighting, error) {
 	if len(id) > s.maxIDLength {
 		_, _, err := splitLimit(id, s.maxIDLength)
 		s.countReject(err, true)
@@ -246,7 +246,7 @@ func (s *Sharded) Check(id string) (Verdict, error) {
 
 // CheckKey is Audit.CheckKey; only the producer's shard is locked (and,
 // when a new producer needs room, other shards are tried without waiting).
-func (s *Sharded) CheckKey(key string, seq uint64) Verdict {
+func (s *Sharded) CheckKey(key string, seq uint64) Sighting {
 	h := s.hs.sample(key)
 	sh := s.shardFor(h)
 	sh.mu.Lock()
@@ -262,7 +262,7 @@ func (s *Sharded) CheckKey(key string, seq uint64) Verdict {
 // checkPlaced checks (key, seq), whose sampled hash is h, under the
 // directory's lock: in the shard that holds the producer, or, for a new
 // one, in the shard the directory places it in (then recorded there).
-func (s *Sharded) checkPlaced(key string, seq uint64, h uint64) Verdict {
+func (s *Sharded) checkPlaced(key string, seq uint64, h uint64) Sighting {
 	d := s.dir
 	f := fingerprint(h)
 	d.mu.Lock()
@@ -284,7 +284,7 @@ func (s *Sharded) checkPlaced(key string, seq uint64, h uint64) Verdict {
 }
 
 // checkLocked checks (key, seq) in sh, which the caller has locked.
-func (s *Sharded) checkLocked(sh *shard, key string, seq uint64) Verdict {
+func (s *Sharded) checkLocked(sh *shard, key string, seq uint64) Sighting {
 	v, ok := sh.a.checkKey(key, seq)
 	if !ok {
 		v = s.checkFull(sh, key, seq)
@@ -302,7 +302,7 @@ const maxCandidates = 256
 // oldest one (by insert epoch, see pickVictim) and gives its slot to key.
 // It returns with sh locked; evictions of other shards are queued on sh
 // for reporting.
-func (s *Sharded) checkFull(sh *shard, key string, seq uint64) Verdict {
+func (s *Sharded) checkFull(sh *shard, key string, seq uint64) Sighting {
 	for {
 		if victim := s.pickVictim(sh); victim != nil {
 			victim.a.evictOldest()

@@ -54,7 +54,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 				if _, ok := b.LastSeq("will-be-replaced"); ok {
 					t.Fatal("old producer survived the restore")
 				}
-				// Every probe gets the same verdict from both audits.
+				// Every probe gets the same sighting from both audits.
 				for p := range 5 {
 					key := fmt.Sprintf("ID:h-1-2-3:1:1:1:%d", p)
 					if s1, ok1 := a.LastSeq(key); true {

@@ -10,13 +10,13 @@ import (
 
 var benchDepths = []int{64, 2048, 65536, 1 << 20}
 
-var sinkVerdict bitsetbin.Verdict
+var sinkVerdict bitsetbin.Sighting
 
 // BenchmarkMark measures one Mark per op:
-//   - inorder: consecutive indexes, all New, sliding one word every 64;
+//   - inorder: consecutive indexes, all FirstSeen, sliding one word every 64;
 //   - duplicate: indexes already in the window, all Duplicate;
 //   - random: random indexes in a window-sized band that creeps upward
-//     (a mix of New, Duplicate and a few TooOld);
+//     (a mix of FirstSeen, Duplicate and a few TooOld);
 //   - jump: random forward jumps of up to twice the window (partial slides
 //     and whole-ring resets);
 //   - reset: a jump of 2^40 every call (one ring reset each: O(depth/64)).
@@ -27,7 +27,7 @@ func BenchmarkMark(b *testing.B) {
 			bin := newBin(b, depth)
 			bin.Mark(0) // allocate the ring before timing
 			b.ReportAllocs()
-			var v bitsetbin.Verdict
+			var v bitsetbin.Sighting
 			for i := 1; b.Loop(); i++ {
 				v = bin.Mark(uint64(i))
 			}
@@ -39,7 +39,7 @@ func BenchmarkMark(b *testing.B) {
 				bin.Mark(i)
 			}
 			b.ReportAllocs()
-			var v bitsetbin.Verdict
+			var v bitsetbin.Sighting
 			for i := uint64(0); b.Loop(); i++ {
 				v = bin.Mark(i & (d - 1)) // every depth is a power of two
 			}
@@ -53,7 +53,7 @@ func BenchmarkMark(b *testing.B) {
 			idx := randomIndexes(1<<16, func(r *rand.Rand, i int) uint64 { return uint64(i)/4 + r.Uint64N(d) })
 			bin.Mark(idx[0])
 			b.ReportAllocs()
-			var v bitsetbin.Verdict
+			var v bitsetbin.Sighting
 			for i := 0; b.Loop(); i++ {
 				v = bin.Mark(idx[i&(len(idx)-1)] + uint64(i>>16)<<14)
 			}
@@ -65,7 +65,7 @@ func BenchmarkMark(b *testing.B) {
 			idx := randomIndexes(1<<12, func(r *rand.Rand, _ int) uint64 { at += 1 + r.Uint64N(2*d); return at })
 			bin.Mark(0)
 			b.ReportAllocs()
-			var v bitsetbin.Verdict
+			var v bitsetbin.Sighting
 			for i := 0; b.Loop(); i++ {
 				v = bin.Mark(idx[i&(len(idx)-1)] + uint64(i>>12)*at)
 			}
@@ -75,7 +75,7 @@ func BenchmarkMark(b *testing.B) {
 			bin := newBin(b, depth)
 			bin.Mark(0)
 			b.ReportAllocs()
-			var v bitsetbin.Verdict
+			var v bitsetbin.Sighting
 			for i := uint64(1); b.Loop(); i++ {
 				v = bin.Mark(i << 40)
 			}

@@ -98,15 +98,15 @@ func (b *Bin) Depth() int {
 	return 64 * (n - 1)
 }
 
-// Mark records index i and reports New if its bit was clear (it is now
+// Mark records index i and reports FirstSeen if its bit was clear (it is now
 // set), Duplicate if it was already set, or TooOld if i lies below the
 // window (nothing is recorded). The first Mark anchors the window with i in
 // its top word; a Mark above the window slides it. Mark allocates only on the
 // first call (the ring) and its cost does not depend on how far it slides.
-func (b *Bin) Mark(i uint64) Verdict {
+func (b *Bin) Mark(i uint64) Sighting {
 	if !b.anchored {
 		b.anchor(i)
-		return New
+		return FirstSeen
 	}
 	w := i >> 6
 	if w < b.lo {
@@ -136,7 +136,7 @@ func (b *Bin) Mark(i uint64) Verdict {
 	if !b.hasTop || i > b.top {
 		b.top, b.hasTop = i, true
 	}
-	return New
+	return FirstSeen
 }
 
 // slot returns ring slot s < n: a word of ring, or spill for the last slot.
@@ -251,7 +251,7 @@ func (b *Bin) Get(i uint64) bool {
 	return *b.slot(b.slotOf(off))&(1<<(i&63)) != 0
 }
 
-// Unmark clears index i (a rollback, so the redelivery of i reads as New)
+// Unmark clears index i (a rollback, so the redelivery of i reads as FirstSeen)
 // and returns whether it was set. An index outside the window, or any index
 // of an unanchored bin, is a no-op returning false: Unmark never anchors,
 // slides or allocates. Clearing the highest set bit costs O(Depth()/64) to

@@ -15,7 +15,7 @@ import (
 type step struct {
 	op   string // mark, set, get, unmark, last, inorder
 	i    uint64
-	want any // Verdict for mark; bool for set/get/unmark/inorder; lastWant for last
+	want any // Sighting for mark; bool for set/get/unmark/inorder; lastWant for last
 }
 
 type lastWant struct {
@@ -23,13 +23,13 @@ type lastWant struct {
 	ok bool
 }
 
-func mark(i uint64, v bitsetbin.Verdict) step { return step{"mark", i, v} }
-func set(i uint64, v bool) step               { return step{"set", i, v} }
-func get(i uint64, v bool) step               { return step{"get", i, v} }
-func unmark(i uint64, v bool) step            { return step{"unmark", i, v} }
-func inOrder(i uint64, v bool) step           { return step{"inorder", i, v} }
-func last(i uint64) step                      { return step{"last", 0, lastWant{i, true}} }
-func noLast() step                            { return step{"last", 0, lastWant{}} }
+func mark(i uint64, v bitsetbin.Sighting) step { return step{"mark", i, v} }
+func set(i uint64, v bool) step                { return step{"set", i, v} }
+func get(i uint64, v bool) step                { return step{"get", i, v} }
+func unmark(i uint64, v bool) step             { return step{"unmark", i, v} }
+func inOrder(i uint64, v bool) step            { return step{"inorder", i, v} }
+func last(i uint64) step                       { return step{"last", 0, lastWant{i, true}} }
+func noLast() step                             { return step{"last", 0, lastWant{}} }
 
 func cat(parts ...any) []step {
 	var s []step
@@ -47,7 +47,7 @@ func cat(parts ...any) []step {
 }
 
 const (
-	N = bitsetbin.New
+	N = bitsetbin.FirstSeen
 	D = bitsetbin.Duplicate
 	O = bitsetbin.TooOld
 )
@@ -98,7 +98,7 @@ const e12 = 1_000_000_000_000
 
 // TestActiveMQExamples replays call sequences run against ActiveMQ's
 // BitArrayBin whose results this package keeps, adapted to the tri-state
-// Mark (ActiveMQ's setBit(i,true)→false is New or TooOld here, →true is
+// Mark (ActiveMQ's setBit(i,true)→false is FirstSeen or TooOld here, →true is
 // Duplicate). Sequences whose Java result is a quirk this package fixes have
 // their own Test function below, named after the behaviour chosen; see
 // docs/activemq-compatibility.md.
@@ -227,9 +227,9 @@ func TestGuaranteedDepth(t *testing.T) {
 				}
 			}
 			// Below the guarantee, a word-granular tail may still be
-			// tracked; anything else must be TooOld, never New.
+			// tracked; anything else must be TooOld, never FirstSeen.
 			for i := m - d - 64; i < m-d; i++ {
-				if v := b.Mark(i); v == bitsetbin.New {
+				if v := b.Mark(i); v == bitsetbin.FirstSeen {
 					t.Fatalf("W=%d M=%d: Mark(%d) = new below the window", w, m, i)
 				}
 			}
@@ -248,7 +248,7 @@ func TestSetAroundWindow(t *testing.T) {
 	}{{500, 2000}, {512, 2000}, {128, 512}} {
 		b := newBin(t, c.w)
 		for i := uint64(0); i <= c.data; i++ {
-			if v := b.Mark(i); v != bitsetbin.New {
+			if v := b.Mark(i); v != bitsetbin.FirstSeen {
 				t.Fatalf("Mark(%d) = %v", i, v)
 			}
 			if l, ok := b.LastSetIndex(); !ok || l != i {
@@ -267,7 +267,7 @@ func TestSetAroundWindow(t *testing.T) {
 			}
 		}
 		for i := c.data + 1; i <= 2*c.data; i++ {
-			if v := b.Mark(i); v != bitsetbin.New {
+			if v := b.Mark(i); v != bitsetbin.FirstSeen {
 				t.Fatalf("Mark(%d) = %v", i, v)
 			}
 		}
@@ -299,12 +299,12 @@ func TestSetUnsetAroundWindow(t *testing.T) {
 			t.Fatalf("W=%d: bits left after unmarking everything", w)
 		}
 		for i := uint64(0); i <= n; i++ {
-			if v := b.Mark(i); v != bitsetbin.New {
+			if v := b.Mark(i); v != bitsetbin.FirstSeen {
 				t.Fatalf("W=%d: re-Mark(%d) = %v", w, i, v)
 			}
 		}
 		for i := 2 * n; i < 4*n; i++ {
-			if v := b.Mark(i); v != bitsetbin.New {
+			if v := b.Mark(i); v != bitsetbin.FirstSeen {
 				t.Fatalf("W=%d: Mark(%d) = %v", w, i, v)
 			}
 		}
@@ -321,7 +321,7 @@ func TestSetAroundLongSizeMultiplier(t *testing.T) {
 			if err := b.Resize(512); err != nil {
 				t.Fatal(err)
 			}
-			if b.Mark(v+64*m) != bitsetbin.New || b.Mark(v) != bitsetbin.New || b.Mark(v) != bitsetbin.Duplicate {
+			if b.Mark(v+64*m) != bitsetbin.FirstSeen || b.Mark(v) != bitsetbin.FirstSeen || b.Mark(v) != bitsetbin.Duplicate {
 				t.Fatalf("m=%d v=%d: lower index not tracked", m, v)
 			}
 			if l, _ := b.LastSetIndex(); l != v+64*m {
@@ -455,7 +455,7 @@ func TestNoAliasing(t *testing.T) {
 		b := newBin(t, 2048)
 		b.Mark(320)
 		jump := 320 + k*64<<32
-		if v := b.Mark(jump); v != bitsetbin.New {
+		if v := b.Mark(jump); v != bitsetbin.FirstSeen {
 			t.Fatalf("Mark(%d) = %v", jump, v)
 		}
 		if v := b.Mark(320); v != bitsetbin.TooOld {
@@ -548,7 +548,7 @@ func TestJumpCostIsBounded(t *testing.T) {
 	c := newBin(t, 1<<20)
 	c.Mark(0)
 	for i := uint64(1); i <= 1000; i++ {
-		if v := c.Mark(i << 48); v != bitsetbin.New {
+		if v := c.Mark(i << 48); v != bitsetbin.FirstSeen {
 			t.Fatalf("Mark(%d) = %v", i<<48, v)
 		}
 	}

@@ -39,15 +39,15 @@
 // Anchoring at the top tracks those arrivals at no cost: indexes above the
 // first one still fit as soon as they arrive, because the window slides.
 //
-// # Verdicts and reads
+// # Sightings and reads
 //
-// Mark returns New (bit was clear, now set), Duplicate (bit was set) or
+// Mark returns FirstSeen (bit was clear, now set), Duplicate (bit was set) or
 // TooOld (below the window: nothing recorded, the bin cannot tell). The whole
 // zone below the window's lowest word is TooOld, including the 63 indexes
 // just below it, which ActiveMQ reads inconsistently (as not set, while
 // everything lower reads as set). Words whose history the bin does
 // not have (those uncovered below the window when Resize grows it) are also
-// TooOld, never New.
+// TooOld, never FirstSeen.
 //
 // Get and Unmark are pure with respect to the window: they never anchor,
 // slide or allocate (ActiveMQ's getBit and setBit(i,false) can do all
@@ -83,10 +83,11 @@
 //
 // # Naming
 //
-// The verdict for a first sighting is New, so the constructor cannot be
-// called New as well (one package cannot declare both): it is
-// NewBin(depth int) (*Bin, error). The audit package re-exports the
-// verdict as audit.FirstSeen.
+// Mark's answer is a Sighting (FirstSeen, Duplicate or TooOld), not a
+// "verdict": that word is the receiver's (Accept, Reject, Defer). The
+// constructor is NewBin(depth int) (*Bin, error). The audit package
+// re-exports the type and its constants as audit.Sighting, audit.FirstSeen,
+// audit.Duplicate and audit.TooOld.
 //
 // # Concurrency
 //

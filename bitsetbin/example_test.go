@@ -16,12 +16,12 @@ func ExampleBin_Mark() {
 	b.Unmark(5000)                // rollback: the redelivery will pass
 	fmt.Println(b.Mark(5000))
 	// Output:
-	// new
+	// first-seen
 	// duplicate
-	// new
-	// new
+	// first-seen
+	// first-seen
 	// too-old
-	// new
+	// first-seen
 }
 
 func ExampleBin_DecodeFrom() {

@@ -37,7 +37,7 @@ func satSub(a, b uint64) uint64 {
 	return a - b
 }
 
-// record notes that i was recorded (New) or may have been (Set false below
+// record notes that i was recorded (FirstSeen) or may have been (Set false below
 // low: an index the bin reported as not set stays TooOld forever if it was
 // not recorded, so treating it as marked weakens no check).
 func (m *model) record(i uint64) {
@@ -106,16 +106,16 @@ func (m *model) step(t fataler, b *bitsetbin.Bin, k opKind, i uint64, depth int)
 	case opMark:
 		v := b.Mark(i)
 		switch {
-		case !m.anchored && v != bitsetbin.New:
+		case !m.anchored && v != bitsetbin.FirstSeen:
 			t.Fatalf("Mark(%d) on an unanchored bin = %v", i, v)
 		case v == bitsetbin.Duplicate && !m.marked[i]:
 			t.Fatalf("false duplicate: Mark(%d) (hi %d, low %d)", i, m.hi, m.low)
 		case v == bitsetbin.TooOld && i >= m.low:
 			t.Fatalf("Mark(%d) = too-old within the guaranteed depth (hi %d, low %d)", i, m.hi, m.low)
-		case v == bitsetbin.New && m.marked[i]:
+		case v == bitsetbin.FirstSeen && m.marked[i]:
 			t.Fatalf("missed duplicate: Mark(%d) = new (hi %d, low %d)", i, m.hi, m.low)
 		}
-		if v == bitsetbin.New {
+		if v == bitsetbin.FirstSeen {
 			m.record(i)
 		}
 	case opSet:

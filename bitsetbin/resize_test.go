@@ -32,7 +32,7 @@ func TestResizeGrowKeepsEverything(t *testing.T) {
 			t.Fatalf("after grow Mark(%d) = %v", i, v)
 		}
 	}
-	// Below the old window the bin has no history: TooOld, never New.
+	// Below the old window the bin has no history: TooOld, never FirstSeen.
 	for i := lowest - 500; i < lowest; i++ {
 		if v := b.Mark(i); v != bitsetbin.TooOld {
 			t.Fatalf("Mark(%d) below the old window = %v, want too-old", i, v)

@@ -14,7 +14,7 @@ import (
 // checker is what the parallel benchmark drives: the connection audit and
 // two hand-written baselines.
 type checker interface {
-	Check(consumer string, d connaudit.Destination, id string) (audit.Verdict, error)
+	Check(consumer string, d connaudit.Destination, id string) (audit.Sighting, error)
 }
 
 // globalLock serialises every destination behind one mutex, as ActiveMQ's
@@ -24,7 +24,7 @@ type globalLock struct {
 	m  map[connaudit.Destination]*audit.Audit
 }
 
-func (g *globalLock) Check(_ string, d connaudit.Destination, id string) (audit.Verdict, error) {
+func (g *globalLock) Check(_ string, d connaudit.Destination, id string) (audit.Sighting, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	a := g.m[d]
@@ -42,7 +42,7 @@ type rwMap struct {
 	m  map[connaudit.Destination]*audit.Locked
 }
 
-func (r *rwMap) Check(_ string, d connaudit.Destination, id string) (audit.Verdict, error) {
+func (r *rwMap) Check(_ string, d connaudit.Destination, id string) (audit.Sighting, error) {
 	r.mu.RLock()
 	a := r.m[d]
 	r.mu.RUnlock()

@@ -59,7 +59,7 @@ type Stats struct {
 // auditor is the audit behind one destination: *audit.Locked or
 // *audit.Sharded.
 type auditor interface {
-	Check(id string) (audit.Verdict, error)
+	Check(id string) (audit.Sighting, error)
 	Rollback(id string) error
 	SetDepth(d int) error
 	SetMaxProducers(n int) error
@@ -235,13 +235,13 @@ func addStats(s *audit.Stats, t audit.Stats) {
 }
 
 // Check records message id delivered to consumer from destination d and
-// returns its verdict. Queue messages are audited per destination (shared
+// returns its sighting. Queue messages are audited per destination (shared
 // by all consumers), topic messages per (consumer, destination). When
 // checking is disabled, d is the zero Destination (or has no name), or id
 // is empty, the message is FirstSeen and nothing is recorded (counted in
 // Stats). A destination of an invalid kind is an error wrapping
 // ErrDestination; a malformed or too long id an error from audit.Check.
-func (a *Audit) Check(consumer string, d Destination, id string) (audit.Verdict, error) {
+func (a *Audit) Check(consumer string, d Destination, id string) (audit.Sighting, error) {
 	if !a.enabled.Load() {
 		a.off.Add(1)
 		return audit.FirstSeen, nil
@@ -263,7 +263,7 @@ func (a *Audit) Check(consumer string, d Destination, id string) (audit.Verdict,
 	return a.route(consumer, d, true).Check(id)
 }
 
-// IsDuplicate is Check reporting only whether the verdict is Duplicate
+// IsDuplicate is Check reporting only whether the sighting is Duplicate
 // (ActiveMQ's ConnectionAudit.isDuplicate); errors are not duplicates.
 func (a *Audit) IsDuplicate(consumer string, d Destination, id string) bool {
 	v, err := a.Check(consumer, d, id)

@@ -45,7 +45,7 @@ type call struct {
 	consumer string
 	d        connaudit.Destination
 	id       string
-	want     audit.Verdict
+	want     audit.Sighting
 }
 
 func run(t *testing.T, a *connaudit.Audit, calls []call) {

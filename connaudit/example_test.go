@@ -23,10 +23,10 @@ func Example() {
 	fmt.Println(a.Check("consumer-2", prices, id))
 	fmt.Println(a.Check("consumer-2", prices, id))
 	// Output:
-	// new <nil>
+	// first-seen <nil>
 	// duplicate <nil>
-	// new <nil>
-	// new <nil>
+	// first-seen <nil>
+	// first-seen <nil>
 	// duplicate <nil>
 }
 

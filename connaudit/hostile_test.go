@@ -132,7 +132,7 @@ func TestHostileIDsHeld(t *testing.T) {
 	}
 	for _, c := range []struct {
 		id   string
-		want audit.Verdict
+		want audit.Sighting
 	}{{"p:18446744073709551615", audit.FirstSeen}, {"p:18446744073709551615", audit.Duplicate}, {"p:0", audit.TooOld}, {"p:0", audit.TooOld}} {
 		if v, err := a.Check("c", qQ, c.id); err != nil || v != c.want {
 			t.Fatalf("Check(%s) = %v, %v; want %v", c.id, v, err, c.want)

@@ -36,7 +36,7 @@ func modelKey(consumer string, d connaudit.Destination, producer string) string 
 }
 
 // TestPropertyAgainstModel runs random traces on the connection audit and
-// checks every verdict against the reference model with queue/topic
+// checks every sighting against the reference model with queue/topic
 // routing: no false duplicate, no missed duplicate within the depth, TooOld
 // only below the window; RemoveConsumer forgets exactly that consumer's
 // topic history; a disabled audit records nothing; snapshots restore

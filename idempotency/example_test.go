@@ -63,26 +63,6 @@ func Example() {
 	// concurrent: requeue
 }
 
-// ExampleTryClaimGeneric shows a store written against the two-state
-// contract (Claim and IsConfirmed) getting TryClaim for free.
-func ExampleTryClaimGeneric() {
-	ctx := context.Background()
-	m := idempotency.NewMemory(idempotency.Options{})
-	key := idempotency.Key{Namespace: "q", ID: "m1"}
-
-	o, c, _ := idempotency.TryClaimGeneric(ctx, m, key)
-	fmt.Println(o)
-	o, _, _ = idempotency.TryClaimGeneric(ctx, m, key)
-	fmt.Println(o)
-	_ = m.Confirm(ctx, c)
-	o, _, _ = idempotency.TryClaimGeneric(ctx, m, key)
-	fmt.Println(o)
-	// Output:
-	// claimed
-	// in-progress
-	// already-confirmed
-}
-
 // ExampleKey_StorageKey shows how keys are stored: verbatim when short,
 // hashed (never truncated) when long.
 func ExampleKey_StorageKey() {

@@ -65,9 +65,12 @@ var (
 // concurrent use. A backend error or timeout is always returned as an error,
 // never as a verdict.
 type Store interface {
-	// Claim takes a lease on key. ok is false (with a nil error) when another
-	// caller holds a live claim or the key is confirmed.
-	Claim(ctx context.Context, key Key) (c Claim, ok bool, err error)
+	// TryClaim claims key if it is free (never claimed, released, or its
+	// claim or confirmation expired); otherwise it reports whether the work
+	// is finished (AlreadyConfirmed) or held by someone (InProgress). It is
+	// the one way to take a claim. The returned Claim is valid only with
+	// Claimed.
+	TryClaim(ctx context.Context, key Key) (Outcome, Claim, error)
 	// Confirm records the work as finished, ending the claim. The
 	// confirmation is remembered for the retention period.
 	Confirm(ctx context.Context, c Claim) error
@@ -78,10 +81,6 @@ type Store interface {
 	Renew(ctx context.Context, c Claim) (Claim, error)
 	// IsConfirmed reports whether key is confirmed and still retained.
 	IsConfirmed(ctx context.Context, key Key) (bool, error)
-	// TryClaim claims key if it is free; otherwise it reports whether the
-	// work is finished (AlreadyConfirmed) or held by someone (InProgress).
-	// The returned Claim is valid only with Claimed.
-	TryClaim(ctx context.Context, key Key) (Outcome, Claim, error)
 	// Close releases the store's resources.
 	Close() error
 }

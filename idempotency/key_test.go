@@ -95,18 +95,3 @@ func TestOptions(t *testing.T) {
 		t.Errorf("zero Options: %v", err)
 	}
 }
-
-func TestNewToken(t *testing.T) {
-	t.Parallel()
-	seen := map[string]bool{}
-	for range 1000 {
-		tok := NewToken()
-		if len(tok) != 32 || strings.Trim(tok, "0123456789abcdef") != "" {
-			t.Fatalf("token %q is not 32 hex digits", tok)
-		}
-		if seen[tok] {
-			t.Fatalf("token %q repeated", tok)
-		}
-		seen[tok] = true
-	}
-}

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"hash/maphash"
@@ -86,7 +87,7 @@ func NewMemory(o Options) *Memory {
 		clock:       clock,
 		seed1:       maphash.MakeSeed(),
 		seed2:       maphash.MakeSeed(),
-		tokenPrefix: NewToken()[:16],
+		tokenPrefix: randomHex8(),
 	}
 	for i := range m.shards {
 		m.shards[i].m = make(map[memKey]memEntry)
@@ -181,13 +182,6 @@ func (m *Memory) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) 
 	sh.m[mk] = memEntry{seq: seq, expires: addNanos(nowN, m.ttl)}
 	sh.mu.Unlock()
 	return Claimed, Claim{Key: key, Token: m.newToken(seq), Expires: now.Add(m.ttl)}, nil
-}
-
-// Claim takes a lease on key; ok is false when the key is claimed by
-// someone else or confirmed.
-func (m *Memory) Claim(ctx context.Context, key Key) (Claim, bool, error) {
-	o, c, err := m.TryClaim(ctx, key)
-	return c, o == Claimed, err
 }
 
 // held reports whether e is a live claim with number seq (0 matches
@@ -327,3 +321,11 @@ func newMonoClock() monoClock { return monoClock{base: time.Now()} }
 
 // Now returns the creation time plus the monotonic time elapsed since.
 func (c monoClock) Now() time.Time { return c.base.Add(time.Since(c.base)) }
+
+// randomHex8 returns 8 bytes from crypto/rand as 16 hex digits: the prefix
+// that makes one memory store's tokens foreign to any other's.
+func randomHex8() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+); it crashes the program instead.
+	return hex.EncodeToString(b[:])
+}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,9 +15,6 @@ import (
 	"github.com/acemq/msgaudit/internal/testenv"
 	"github.com/acemq/msgaudit/internal/testwait"
 	"github.com/acemq/msgaudit/metadata"
-	"github.com/acemq/msgaudit/metadata/pgmeta"
-	"github.com/acemq/msgaudit/metadata/redismeta"
-	"github.com/acemq/msgaudit/metadata/sqlitemeta"
 	"github.com/acemq/msgaudit/metadata/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -46,21 +42,6 @@ func TestMemoryConformance(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		// One process: every "reopen" is the same store object.
 		return func(t *testing.T) metadata.Store { return s }
-	})
-}
-
-func TestSQLiteConformance(t *testing.T) {
-	t.Parallel()
-	storetest.Run(t, func(t *testing.T) storetest.Opener {
-		path := filepath.Join(t.TempDir(), "meta.db")
-		return func(t *testing.T) metadata.Store {
-			s, err := sqlitemeta.Open(context.Background(), path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		}
 	})
 }
 
@@ -95,23 +76,6 @@ func deletePrefix(t testing.TB, c *redis.Client, prefix string) {
 	}
 }
 
-func TestRedisConformance(t *testing.T) {
-	t.Parallel()
-	admin := redisClient(t)
-	storetest.Run(t, func(t *testing.T) storetest.Opener {
-		prefix := randomName(t) + ":"
-		t.Cleanup(func() { deletePrefix(t, admin, prefix) })
-		return func(t *testing.T) metadata.Store {
-			// A client of its own, as another process would have.
-			s, err := redismeta.New(redisClient(t), prefix)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		}
-	})
-}
-
 var (
 	pgOnce sync.Once
 	pgPool *pgxpool.Pool
@@ -144,42 +108,6 @@ func TestMain(m *testing.M) {
 		pgPool.Close()
 	}
 	os.Exit(code)
-}
-
-func newPostgresTable(t *testing.T, pool *pgxpool.Pool) string {
-	t.Helper()
-	table := randomName(t)
-	s, err := pgmeta.New(pool, table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	return table
-}
-
-func TestPostgresConformance(t *testing.T) {
-	t.Parallel()
-	pool := postgresPool(t)
-	storetest.Run(t, func(t *testing.T) storetest.Opener {
-		table := newPostgresTable(t, pool)
-		return func(t *testing.T) metadata.Store {
-			s, err := pgmeta.New(pool, table)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Migrate(context.Background()); err != nil { // idempotent
-				t.Fatal(err)
-			}
-			return s
-		}
-	})
 }
 
 func TestStorageKey(t *testing.T) {
@@ -334,32 +262,6 @@ func TestUnreachable(t *testing.T) {
 			t.Errorf("Open error reveals the password: %v", err)
 		}
 	}
-
-	// Stores built on clients that cannot connect: every operation errors.
-	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
-	defer rc.Close()
-	rs, _ := redismeta.New(rc, "p:")
-	cfg, err := pgxpool.ParseConfig("postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	ps, _ := pgmeta.New(pool, "t")
-	for name, s := range map[string]metadata.Store{"redis": rs, "postgres": ps} {
-		if _, _, err := s.Get(ctx, "k"); err == nil {
-			t.Errorf("%s Get: no error", name)
-		}
-		if _, stored, err := s.PutIfAbsent(ctx, "k", "v"); err == nil || stored {
-			t.Errorf("%s PutIfAbsent = %v, %v; want error, not stored", name, stored, err)
-		}
-		if ok, err := s.Replace(ctx, "k", "v", "w"); err == nil || ok {
-			t.Errorf("%s Replace = %v, %v; want error", name, ok, err)
-		}
-	}
 }
 
 func TestMemoryClosed(t *testing.T) {
@@ -371,98 +273,6 @@ func TestMemoryClosed(t *testing.T) {
 	}
 }
 
-func TestNewArguments(t *testing.T) {
-	t.Parallel()
-	if _, err := redismeta.New(nil, "p"); err == nil {
-		t.Error("NewRedis(nil) succeeded")
-	}
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	if _, err := redismeta.New(c, ""); !errors.Is(err, metadata.ErrInvalidName) {
-		t.Errorf("NewRedis(empty prefix) = %v; want ErrInvalidName", err)
-	}
-	for _, name := range []string{"", "1abc", "a.b.c", "a b", `a"b`, strings.Repeat("x", 64)} {
-		if _, err := pgmeta.New(&pgxpool.Pool{}, name); !errors.Is(err, metadata.ErrInvalidName) {
-			t.Errorf("NewPostgres(%q) = %v; want ErrInvalidName", name, err)
-		}
-		if _, err := sqlitemeta.New(nil, name); err == nil {
-			t.Errorf("NewSQLite(nil, %q) succeeded", name)
-		}
-	}
-	for _, name := range []string{"t", "public.t", "_x9", strings.Repeat("x", 63)} {
-		if _, err := pgmeta.New(&pgxpool.Pool{}, name); err != nil {
-			t.Errorf("NewPostgres(%q) = %v", name, err)
-		}
-	}
-}
-
 func BenchmarkStore(b *testing.B) {
-	ctx := context.Background()
-	backends := []struct {
-		name string
-		open func(b *testing.B) metadata.Store
-	}{
-		{"memory", func(b *testing.B) metadata.Store { return metadata.NewMemory() }},
-		{"sqlite", func(b *testing.B) metadata.Store {
-			s, err := sqlitemeta.Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { s.Close() })
-			return s
-		}},
-		{"redis", func(b *testing.B) metadata.Store {
-			c := redisClient(b)
-			prefix := randomName(b) + ":"
-			b.Cleanup(func() { deletePrefix(b, c, prefix) })
-			s, _ := redismeta.New(c, prefix)
-			return s
-		}},
-		{"postgres", func(b *testing.B) metadata.Store {
-			pool := postgresPool(b)
-			table := randomName(b)
-			s, _ := pgmeta.New(pool, table)
-			if err := s.Migrate(ctx); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
-			return s
-		}},
-	}
-	for _, be := range backends {
-		b.Run("backend="+be.name+"/op=get", func(b *testing.B) {
-			s := be.open(b)
-			s.PutIfAbsent(ctx, "k", "0")
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, _, err := s.Get(ctx, "k"); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run("backend="+be.name+"/op=replace", func(b *testing.B) {
-			s := be.open(b)
-			s.PutIfAbsent(ctx, "k", "0")
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				ok, err := s.Replace(ctx, "k", strconv.Itoa(i), strconv.Itoa(i+1))
-				if err != nil || !ok {
-					b.Fatal(ok, err)
-				}
-				i++
-			}
-		})
-		b.Run("backend="+be.name+"/op=put-if-absent", func(b *testing.B) {
-			s := be.open(b)
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				if _, stored, err := s.PutIfAbsent(ctx, strconv.Itoa(i), "v"); err != nil || !stored {
-					b.Fatal(stored, err)
-				}
-				i++
-			}
-		})
-	}
+	storetest.Bench(b, func(b *testing.B) metadata.Store { return metadata.NewMemory() })
 }

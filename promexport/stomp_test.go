@@ -43,6 +43,13 @@ func TestSTOMP(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
+	// Any function returning the STOMPStats shape is accepted, not only
+	// stompconsumer's Stats.
+	reg2 := prometheus.NewPedanticRegistry()
+	reg2.MustRegister(promexport.STOMP(func() promexport.STOMPStats { return promexport.STOMPStats{AckErrors: 5} }))
+	if n, err := reg2.Gather(); err != nil || len(n) != 10 {
+		t.Errorf("STOMP over a plain STOMPStats: %d families, %v; want 10", len(n), err)
+	}
 	if len(got) < 20 {
 		t.Errorf("only %d counters gathered", len(got))
 	}

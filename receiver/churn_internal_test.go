@@ -65,7 +65,7 @@ func TestBindAuditor(t *testing.T) {
 
 type plainAuditor struct{}
 
-func (plainAuditor) Check(string, string, string) (bitsetbin.Verdict, error) {
-	return bitsetbin.New, nil
+func (plainAuditor) Check(string, string, string) (bitsetbin.Sighting, error) {
+	return bitsetbin.FirstSeen, nil
 }
 func (plainAuditor) Rollback(string, string, string) error { return nil }

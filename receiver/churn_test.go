@@ -306,7 +306,7 @@ func TestProducerChurnConcurrent(t *testing.T) {
 
 // BenchmarkConnAuditCheck measures the adapter's Check of new ids of 16
 // producers (no eviction) with churn warnings off (no logger) and on (an
-// atomic clock comparison per New verdict, a Stats read per second).
+// atomic clock comparison per FirstSeen sighting, a Stats read per second).
 func BenchmarkConnAuditCheck(b *testing.B) {
 	ids := make([]string, 1<<14)
 	for i := range ids {

@@ -24,7 +24,7 @@ const DefaultChurnInterval = time.Minute
 // audit's Stats by the check path (shorter when the churn interval is).
 const churnPoll = time.Second
 
-// churnSample: the check path reads the clock on about one New verdict in
+// churnSample: the check path reads the clock on about one FirstSeen sighting in
 // churnSample (chosen by a per-thread random number, no shared write), as a
 // clock read costs about as much as the check itself on some machines.
 const churnSample = 16
@@ -103,7 +103,7 @@ func ConnAuditMetrics(m *Metrics) ConnAuditOption {
 // per ConnAuditChurnInterval (default one minute) with the number of such
 // evictions since the last warning and the totals. The check path reads
 // the audit's Stats at most once per second (or per interval, if shorter),
-// and only for checks whose verdict is New, since a producer is evicted
+// and only for checks whose sighting is FirstSeen, since a producer is evicted
 // only to make room for a new one; about one New check in 16 reads the
 // clock and compares it with an atomic timestamp, the others cost a
 // random number. So a warning comes after the first poll that sees the
@@ -151,7 +151,7 @@ type churnWarner struct {
 // since returns the clock in nanoseconds since the adapter was made.
 func (w *churnWarner) since() time.Duration { return w.now().Sub(w.base) }
 
-// check is called after a New verdict: if a poll is due, it reads the
+// check is called after a FirstSeen sighting: if a poll is due, it reads the
 // audit's counters and warns when recent evictions grew and no warning was
 // logged within the interval.
 func (w *churnWarner) check(a *connaudit.Audit) {
@@ -245,13 +245,13 @@ func (c *connAuditor) dest(s string) (connaudit.Destination, error) {
 }
 
 // Check records id in the audit of (consumer, destination).
-func (c *connAuditor) Check(consumer, destination, id string) (bitsetbin.Verdict, error) {
+func (c *connAuditor) Check(consumer, destination, id string) (bitsetbin.Sighting, error) {
 	d, err := c.dest(destination)
 	if err != nil {
 		return bitsetbin.TooOld, err
 	}
 	v, err := c.a.Check(consumer, d, id)
-	if v == bitsetbin.New && err == nil {
+	if v == bitsetbin.FirstSeen && err == nil {
 		c.churn.check(c.a)
 	}
 	return v, err

@@ -19,20 +19,20 @@ func TestConnAudit(t *testing.T) {
 	const id = "ID:vm-40067-1796041229942-3:3:-1:1:1"
 	for _, tc := range []struct {
 		consumer, dest, id string
-		want               bitsetbin.Verdict
+		want               bitsetbin.Sighting
 		err                bool
 	}{
-		{"c1", "/queue/a", id, bitsetbin.New, false},
+		{"c1", "/queue/a", id, bitsetbin.FirstSeen, false},
 		{"c2", "/queue/a", id, bitsetbin.Duplicate, false}, // queues: shared by consumers
-		{"c1", "/topic/t", id, bitsetbin.New, false},
-		{"c2", "/topic/t", id, bitsetbin.New, false}, // topics: per consumer
+		{"c1", "/topic/t", id, bitsetbin.FirstSeen, false},
+		{"c2", "/topic/t", id, bitsetbin.FirstSeen, false}, // topics: per consumer
 		{"c1", "/topic/t", id, bitsetbin.Duplicate, false},
-		{"c1", "orders", id, bitsetbin.New, false}, // an AMQP queue name
+		{"c1", "orders", id, bitsetbin.FirstSeen, false}, // an AMQP queue name
 		{"c2", "orders", id, bitsetbin.Duplicate, false},
 		{"c1", "/queue/a", "not-an-id", 0, true},
 		{"c1", "/bogus/x", id, 0, true},
-		{"c1", "", id, bitsetbin.New, false},
-		{"c1", "", id, bitsetbin.New, false}, // nothing recorded without a destination
+		{"c1", "", id, bitsetbin.FirstSeen, false},
+		{"c1", "", id, bitsetbin.FirstSeen, false}, // nothing recorded without a destination
 	} {
 		v, err := a.Check(tc.consumer, tc.dest, tc.id)
 		if (err != nil) != tc.err || (!tc.err && v != tc.want) {
@@ -42,7 +42,7 @@ func TestConnAudit(t *testing.T) {
 	if err := a.Rollback("c9", "/queue/a", id); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := a.Check("c1", "/queue/a", id); v != bitsetbin.New {
+	if v, _ := a.Check("c1", "/queue/a", id); v != bitsetbin.FirstSeen {
 		t.Fatalf("after rollback: %v", v)
 	}
 	if err := a.Rollback("c1", "/bogus/x", id); err == nil {

@@ -44,9 +44,9 @@ func parseID(id string) error {
 	return nil
 }
 
-func (a *fakeAudit) Check(consumer, dest, id string) (bitsetbin.Verdict, error) {
+func (a *fakeAudit) Check(consumer, dest, id string) (bitsetbin.Sighting, error) {
 	if err := parseID(id); err != nil {
-		return bitsetbin.New, err
+		return bitsetbin.FirstSeen, err
 	}
 	if strings.HasPrefix(id, "old") {
 		return bitsetbin.TooOld, nil
@@ -58,7 +58,7 @@ func (a *fakeAudit) Check(consumer, dest, id string) (bitsetbin.Verdict, error) 
 		return bitsetbin.Duplicate, nil
 	}
 	a.set[k] = true
-	return bitsetbin.New, nil
+	return bitsetbin.FirstSeen, nil
 }
 
 func (a *fakeAudit) Rollback(consumer, dest, id string) error {
@@ -200,11 +200,6 @@ func (s *fakeStore) TryClaim(ctx context.Context, k idempotency.Key) (idempotenc
 func (s *fakeStore) held(c idempotency.Claim) (*fakeEntry, bool) {
 	e := s.entries[c.Key]
 	return e, e != nil && !e.confirmed && e.owner == c.Token && e.expires.After(s.clock.Now())
-}
-
-func (s *fakeStore) Claim(ctx context.Context, k idempotency.Key) (idempotency.Claim, bool, error) {
-	out, c, err := s.TryClaim(ctx, k)
-	return c, out == idempotency.Claimed, err
 }
 
 func (s *fakeStore) Confirm(ctx context.Context, c idempotency.Claim) error {

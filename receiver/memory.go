@@ -19,12 +19,12 @@ import (
 // per-destination (queues) or per-consumer (topics) window of producer
 // sequence bits. ConnAudit adapts *connaudit.Audit to it.
 //
-// Check records id and says whether it was seen (bitsetbin.New, Duplicate,
+// Check records id and says whether it was seen (bitsetbin.FirstSeen, Duplicate,
 // TooOld); an error means the id cannot be audited (malformed or too long)
 // and nothing was recorded. Rollback clears a recorded id. Implementations
 // must be safe for concurrent use.
 type Auditor interface {
-	Check(consumer, destination, id string) (bitsetbin.Verdict, error)
+	Check(consumer, destination, id string) (bitsetbin.Sighting, error)
 	Rollback(consumer, destination, id string) error
 }
 
@@ -224,7 +224,7 @@ func (s *MemorySelector) Select(ctx context.Context, m *Message) (Decision, erro
 				}
 				detail = "unchecked"
 				s.metrics.inc(&s.metrics.AuditBypass)
-			case v == bitsetbin.New:
+			case v == bitsetbin.FirstSeen:
 				detail, bit = "new", true
 			case v == bitsetbin.Duplicate:
 				if !s.durable {

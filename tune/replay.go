@@ -45,7 +45,7 @@ type Cell struct {
 	Depth, MaxProducers int
 	// Caught counts duplicates the audit judged Duplicate.
 	Caught int
-	// MissedTooOld counts duplicates judged TooOld or New with the
+	// MissedTooOld counts duplicates judged TooOld or FirstSeen with the
 	// producer's window intact: the sequence had fallen below the window
 	// (the depth is too small) or below where it was anchored.
 	MissedTooOld int

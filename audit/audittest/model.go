@@ -1,7 +1,7 @@
 // Package audittest holds a reference model of the message audit for
 // tests: the set of (producer, sequence) pairs recorded and not rolled
 // back, and each producer's highest accepted sequence. It checks the
-// verdicts of any audit (audit.Audit, Locked, Sharded, connaudit) against
+// sightings of any audit (audit.Audit, Locked, Sharded, connaudit) against
 // the guarantees the audit makes while a producer stays tracked:
 //
 //   - no false duplicate: Duplicate only for a pair recorded and not rolled
@@ -38,9 +38,9 @@ func NewModel(depth int) *Model {
 	return &Model{depth: uint64(depth), prods: make(map[string]*producer)}
 }
 
-// Check verifies the verdict got for (key, seq) against the model and
+// Check verifies the sighting got for (key, seq) against the model and
 // records it. It returns a descriptive error on a violation.
-func (m *Model) Check(key string, seq uint64, got bitsetbin.Verdict) error {
+func (m *Model) Check(key string, seq uint64, got bitsetbin.Sighting) error {
 	p := m.prods[key]
 	if p == nil {
 		p = &producer{marked: make(map[uint64]bool)}
@@ -53,7 +53,7 @@ func (m *Model) Check(key string, seq uint64, got bitsetbin.Verdict) error {
 		if !p.marked[seq] {
 			return fmt.Errorf("false duplicate: %s:%d was never recorded (or was rolled back)", key, seq)
 		}
-	case bitsetbin.New:
+	case bitsetbin.FirstSeen:
 		if p.marked[seq] {
 			return fmt.Errorf("missed duplicate: %s:%d recorded before, got new", key, seq)
 		}
@@ -64,7 +64,7 @@ func (m *Model) Check(key string, seq uint64, got bitsetbin.Verdict) error {
 		}
 		return nil
 	default:
-		return fmt.Errorf("invalid verdict %d for %s:%d", got, key, seq)
+		return fmt.Errorf("invalid sighting %d for %s:%d", got, key, seq)
 	}
 	p.hi = hi
 	return nil

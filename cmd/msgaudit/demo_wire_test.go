@@ -240,6 +240,7 @@ func TestWireProperty(t *testing.T) {
 			}
 			if f == nil {
 				rt.Fatal("the connection ended instead of delivering")
+				return
 			}
 			switch {
 			case acked[f.ID]:

@@ -22,7 +22,7 @@ func TestPostgresOptionBounds(t *testing.T) {
 		ok   bool
 	}{
 		{"postgres MaxKeyLength at the bound", func() error {
-			_, err := pgstore.New(ctx, &pgxpool.Pool{}, "t", idempotency.Options{MaxKeyLength: pgstore.MaxPostgresKeyLength})
+			_, err := pgstore.New(ctx, &pgxpool.Pool{}, "t", idempotency.Options{MaxKeyLength: pgstore.MaxKeyLength})
 			return err
 		}, true},
 		{"postgres MaxKeyLength 10 KB", func() error {
@@ -38,12 +38,12 @@ func TestPostgresOptionBounds(t *testing.T) {
 	}
 }
 
-// TestPostgresLongestVerbatimKey stores keys of MaxPostgresKeyLength bytes
+// TestPostgresLongestVerbatimKey stores keys of MaxKeyLength bytes
 // verbatim (random letters, which compress badly) and a 10 KB key, which is
 // hashed: both claim and confirm, so the bound fits the primary key index.
 func TestPostgresLongestVerbatimKey(t *testing.T) {
 	t.Parallel()
-	p, _, _ := newPostgresTestStore(t, idempotency.Options{MaxKeyLength: pgstore.MaxPostgresKeyLength}, nil, 2)
+	p, _, _ := newPostgresTestStore(t, idempotency.Options{MaxKeyLength: pgstore.MaxKeyLength}, nil, 2)
 	ctx := context.Background()
 	letters := func(n int) string {
 		b := make([]byte, n)
@@ -52,9 +52,9 @@ func TestPostgresLongestVerbatimKey(t *testing.T) {
 		}
 		return string(b)
 	}
-	for _, id := range []string{letters(pgstore.MaxPostgresKeyLength - len("ns/")), letters(10_000)} {
+	for _, id := range []string{letters(pgstore.MaxKeyLength - len("ns/")), letters(10_000)} {
 		k := idempotency.Key{Namespace: "ns", ID: id}
-		c, ok, err := p.Claim(ctx, k)
+		c, ok, err := pgstore.Claim(ctx, p, k)
 		if err != nil || !ok {
 			t.Fatalf("Claim of a %d-byte key: %v, %v", len(id), ok, err)
 		}

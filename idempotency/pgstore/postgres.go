@@ -14,13 +14,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
 
-// DefaultPostgresTable is the table of a PostgreSQL store opened by URL
+// DefaultTable is the table of a PostgreSQL store opened by URL
 // without a msgaudit_table query parameter.
-const DefaultPostgresTable = "msgaudit_idempotency"
+const DefaultTable = "msgaudit_idempotency"
 
 // DefaultPurgeBatch is the batch size Purge uses when given batch <= 0.
 const DefaultPurgeBatch = 1000
@@ -39,11 +40,11 @@ const postgresIndexSuffix = "_expires_at_idx"
 // 63-byte identifier limit.
 var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z_][A-Za-z0-9_]{0,47})$`)
 
-// MaxPostgresKeyLength is the largest Options.MaxKeyLength the PostgreSQL
+// MaxKeyLength is the largest Options.MaxKeyLength the PostgreSQL
 // store accepts: a B-tree index entry holds at most about 2700 bytes (a
 // third of an 8 KiB page), and a longer verbatim key fails with "index row
 // size exceeds maximum" instead of being hashed.
-const MaxPostgresKeyLength = 2048
+const MaxKeyLength = 2048
 
 // postgresTempSchemaRE matches the schemas that are private to a session
 // (pg_temp, its numbered forms, their TOAST schemas), in any case: a table
@@ -103,21 +104,21 @@ type Store struct {
 // ("audit.idempotency"); it is quoted, so it is case-sensitive. A temporary
 // schema (pg_temp, pg_temp_N) is refused: each connection of the pool
 // would have its own table there. o.MaxKeyLength must not exceed
-// MaxPostgresKeyLength. New does no I/O: call Migrate once to create the table. The caller keeps
+// MaxKeyLength. New does no I/O: call Migrate once to create the table. The caller keeps
 // ownership of pool: Close leaves it open.
 func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if pool == nil {
-		return nil, errors.New("idempotency: OpenPostgres: nil pool")
+		return nil, errors.New("idempotency: pgstore.New: nil pool")
 	}
 	o, err := o.Normalize()
 	if err != nil {
 		return nil, err
 	}
-	if o.MaxKeyLength > MaxPostgresKeyLength {
-		return nil, fmt.Errorf("%w: MaxKeyLength %d above the PostgreSQL store's %d (a longer key would not fit its primary key index)", idempotency.ErrOptions, o.MaxKeyLength, MaxPostgresKeyLength)
+	if o.MaxKeyLength > MaxKeyLength {
+		return nil, fmt.Errorf("%w: MaxKeyLength %d above the PostgreSQL store's %d (a longer key would not fit its primary key index)", idempotency.ErrOptions, o.MaxKeyLength, MaxKeyLength)
 	}
 	m := postgresTableRE.FindStringSubmatch(table)
 	if m == nil {
@@ -272,7 +273,7 @@ func (p *Store) migrate(ctx context.Context) error {
 // sslcert, sslkey, sslpassword, connect_timeout, pool_max_conns and the
 // other pgxpool settings, and PG* environment variables for what the URL
 // leaves out. The query parameter msgaudit_table names the table (default
-// DefaultPostgresTable) and is removed before pgx sees the URL. For a TLS
+// DefaultTable) and is removed before pgx sees the URL. For a TLS
 // configuration a URL cannot express, build the pool with pgxpool.ParseConfig
 // and NewWithConfig and call New.
 //
@@ -280,7 +281,7 @@ func (p *Store) migrate(ctx context.Context) error {
 // does not verify the server, falling back to plaintext without a word;
 // require does not verify the server either. Use sslmode=verify-full (with
 // sslrootcert naming the CA, or sslrootcert=system) wherever the network
-// is not trusted. The effective mode (PostgresTLSMode) is logged once to
+// is not trusted. The effective mode (TLSMode) is logged once to
 // Options.Logger, as a warning unless it is verify-full or verify-ca.
 //
 // Errors name the URL with its password redacted; the password never
@@ -300,7 +301,7 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, err), rawURL)
 	}
 	if !found {
-		table = DefaultPostgresTable
+		table = DefaultTable
 	}
 	// pgx recognises only lowercase schemes; anything else it would parse
 	// as a keyword=value string.
@@ -371,10 +372,10 @@ func openPostgresURL(ctx context.Context, rawURL string, o idempotency.Options) 
 	return p, nil
 }
 
-// Claim takes the key with one upsert: inserted when new, taken over in
+// claim takes the key with one upsert (the atomic two-state claim): inserted when new, taken over in
 // place when the old claim or confirmation expired. ok is false when the
 // key holds a live claim or a retained confirmation.
-func (p *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
+func (p *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
 	if err := p.begin(ctx); err != nil {
 		return idempotency.Claim{}, false, err
 	}
@@ -382,7 +383,7 @@ func (p *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Cla
 	if err != nil {
 		return idempotency.Claim{}, false, err
 	}
-	token := idempotency.NewToken()
+	token := claimkit.NewToken()
 	var expires time.Time
 	err = p.pool.QueryRow(ctx, p.sqlClaim, sk, token, p.claimUS).Scan(&expires)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -405,7 +406,7 @@ func (p *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 	if err != nil {
 		return 0, idempotency.Claim{}, err
 	}
-	token := idempotency.NewToken()
+	token := claimkit.NewToken()
 	var (
 		outcome string
 		expires *time.Time

@@ -99,7 +99,7 @@ func newPostgresTestStore(t testing.TB, o idempotency.Options, tracer pgx.QueryT
 	pool, table := postgresTestPool(t, tracer, maxConns)
 	p, err := pgstore.New(ctx, pool, table, o)
 	if err != nil {
-		t.Fatalf("OpenPostgres: %v", err)
+		t.Fatalf("pgstore.New: %v", err)
 	}
 	if err := p.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate: %v", err)
@@ -180,7 +180,7 @@ func TestPostgresTableNames(t *testing.T) {
 		t.Run("table="+tc.table, func(t *testing.T) {
 			_, err := pgstore.New(context.Background(), pool, tc.table, idempotency.Options{})
 			if (err == nil) != tc.ok {
-				t.Errorf("OpenPostgres(%q) error = %v, want ok=%v", tc.table, err, tc.ok)
+				t.Errorf("pgstore.New(%q) error = %v, want ok=%v", tc.table, err, tc.ok)
 			}
 		})
 	}
@@ -204,7 +204,7 @@ func TestPostgresMigrateIdempotent(t *testing.T) {
 			errs <- err
 		}()
 	}
-	testwait.Group(t, &wg, time.Minute, "the end of the 4 concurrent OpenPostgres+Migrate calls")
+	testwait.Group(t, &wg, time.Minute, "the end of the 4 concurrent pgstore.New+Migrate calls")
 	close(errs)
 	for err := range errs {
 		if err != nil {
@@ -267,7 +267,7 @@ func TestPostgresRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := p.Claim(ctx, key); err != nil {
+		if _, _, err := pgstore.Claim(ctx, p, key); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := p.IsConfirmed(ctx, key); err != nil {
@@ -292,7 +292,7 @@ func TestPostgresRoundTrips(t *testing.T) {
 			{"Confirm", func() { err = p.Confirm(ctx, c) }},
 			{"TryClaim(confirmed)", func() { out, _, err = p.TryClaim(ctx, key) }},
 			{"IsConfirmed", func() { ok, err = p.IsConfirmed(ctx, key) }},
-			{"Claim(other)", func() { c, ok, err = p.Claim(ctx, idempotency.Key{Namespace: "rt2", ID: key.ID}) }},
+			{"Claim(other)", func() { c, ok, err = pgstore.Claim(ctx, p, idempotency.Key{Namespace: "rt2", ID: key.ID}) }},
 			{"Release", func() { err = p.Release(ctx, c) }},
 		}
 		for _, st := range steps {
@@ -497,7 +497,7 @@ func TestPostgresPurgeExpiredByStore(t *testing.T) {
 	}
 }
 
-// TestPostgresURL: OpenPostgresURL takes the table from msgaudit_table, keeps
+// TestPostgresURL: pgstore.Open takes the table from msgaudit_table, keeps
 // the rest of the URL for pgx, migrates, and owns its pool.
 func TestPostgresURL(t *testing.T) {
 	t.Parallel()
@@ -550,12 +550,12 @@ func TestPostgresURL(t *testing.T) {
 	_ = s2.Close()
 
 	if _, err := pgstore.Open(ctx, raw+sep+"msgaudit_table=bad-name", idempotency.Options{}); err == nil {
-		t.Error("OpenPostgresURL with an invalid table name: nil error")
+		t.Error("pgstore.Open with an invalid table name: nil error")
 	}
 }
 
 // TestPostgresUnreachable: every operation on a closed port is an error,
-// never a verdict, and OpenPostgresURL fails.
+// never a verdict, and pgstore.Open fails.
 func TestPostgresUnreachable(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -574,7 +574,7 @@ func TestPostgresUnreachable(t *testing.T) {
 	if out, _, err := p.TryClaim(ctx, key); err == nil {
 		t.Errorf("TryClaim = %v, want an error", out)
 	}
-	if _, ok, err := p.Claim(ctx, key); err == nil {
+	if _, ok, err := pgstore.Claim(ctx, p, key); err == nil {
 		t.Errorf("Claim = %v, want an error", ok)
 	}
 	if ok, err := p.IsConfirmed(ctx, key); err == nil {
@@ -649,7 +649,7 @@ func TestPostgresCancelled(t *testing.T) {
 	c := idempotency.Claim{Key: key, Token: "t"}
 	errs := map[string]error{}
 	_, _, errs["TryClaim"] = p.TryClaim(ctx, key)
-	_, _, errs["Claim"] = p.Claim(ctx, key)
+	_, _, errs["Claim"] = pgstore.Claim(ctx, p, key)
 	_, errs["IsConfirmed"] = p.IsConfirmed(ctx, key)
 	errs["Confirm"] = p.Confirm(ctx, c)
 	errs["Release"] = p.Release(ctx, c)
@@ -748,7 +748,7 @@ func ExampleNew() {
 
 // TestPostgresHungServer: against a server that never answers, a context
 // deadline ends every operation with an error that matches
-// context.DeadlineExceeded, never a verdict; OpenPostgresURL likewise.
+// context.DeadlineExceeded, never a verdict; pgstore.Open likewise.
 func TestPostgresHungServer(t *testing.T) {
 	t.Parallel()
 	addr := storetestkit.SilentServer(t)
@@ -765,14 +765,14 @@ func TestPostgresHungServer(t *testing.T) {
 	c := idempotency.Claim{Key: key, Token: "t"}
 	ops := map[string]func(ctx context.Context) error{
 		"TryClaim":    func(ctx context.Context) error { _, _, err := p.TryClaim(ctx, key); return err },
-		"Claim":       func(ctx context.Context) error { _, _, err := p.Claim(ctx, key); return err },
+		"Claim":       func(ctx context.Context) error { _, _, err := pgstore.Claim(ctx, p, key); return err },
 		"IsConfirmed": func(ctx context.Context) error { _, err := p.IsConfirmed(ctx, key); return err },
 		"Confirm":     func(ctx context.Context) error { return p.Confirm(ctx, c) },
 		"Release":     func(ctx context.Context) error { return p.Release(ctx, c) },
 		"Renew":       func(ctx context.Context) error { _, err := p.Renew(ctx, c); return err },
 		"Purge":       func(ctx context.Context) error { _, err := p.Purge(ctx, 10); return err },
 		"Migrate":     func(ctx context.Context) error { return p.Migrate(ctx) },
-		"OpenPostgresURL": func(ctx context.Context) error {
+		"pgstore.Open": func(ctx context.Context) error {
 			_, err := pgstore.Open(ctx, "postgres://postgres:pw@"+addr+"/test?sslmode=disable", idempotency.Options{})
 			return err
 		},

@@ -10,9 +10,9 @@ import (
 	"github.com/acemq/msgaudit/idempotency/pgstore"
 )
 
-// TestPostgresTLSMode: every sslmode maps back to its name, and no sslmode
+// TestTLSMode: every sslmode maps back to its name, and no sslmode
 // at all is pgx's prefer (TLS without verification, plaintext fallback).
-func TestPostgresTLSMode(t *testing.T) {
+func TestTLSMode(t *testing.T) {
 	t.Setenv("PGSSLMODE", "")
 	for _, c := range []struct{ query, want string }{
 		{"", "prefer"},
@@ -26,7 +26,7 @@ func TestPostgresTLSMode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.query, err)
 		}
-		if got := pgstore.PostgresTLSMode(cfg); got != c.want {
+		if got := pgstore.TLSMode(cfg); got != c.want {
 			t.Errorf("%q: %s, want %s", c.query, got, c.want)
 		}
 	}
@@ -34,7 +34,7 @@ func TestPostgresTLSMode(t *testing.T) {
 	// is checked by a callback, the host name is not.
 	ca := &pgconn.Config{TLSConfig: &tls.Config{InsecureSkipVerify: true,
 		VerifyPeerCertificate: func([][]byte, [][]*x509.Certificate) error { return nil }}}
-	if got := pgstore.PostgresTLSMode(ca); got != "verify-ca" {
+	if got := pgstore.TLSMode(ca); got != "verify-ca" {
 		t.Errorf("verify-ca config: %s", got)
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // TestRedisOptionBounds: the Redis store refuses, when it is built, a
-// MaxKeyLength above MaxRedisKeyLength and an empty key prefix (as the
+// MaxKeyLength above MaxKeyLength and an empty key prefix (as the
 // metadata store does), by constructor and by URL.
 func TestRedisOptionBounds(t *testing.T) {
 	ctx := context.Background()
@@ -33,11 +33,11 @@ func TestRedisOptionBounds(t *testing.T) {
 			return err
 		}, false},
 		{"redis MaxKeyLength at the bound", func() error {
-			_, err := redisstore.New(client, "p:", idempotency.Options{MaxKeyLength: redisstore.MaxRedisKeyLength})
+			_, err := redisstore.New(client, "p:", idempotency.Options{MaxKeyLength: redisstore.MaxKeyLength})
 			return err
 		}, true},
 		{"redis MaxKeyLength above the bound", func() error {
-			_, err := redisstore.New(client, "p:", idempotency.Options{MaxKeyLength: redisstore.MaxRedisKeyLength + 1})
+			_, err := redisstore.New(client, "p:", idempotency.Options{MaxKeyLength: redisstore.MaxKeyLength + 1})
 			return err
 		}, false},
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
@@ -23,9 +24,9 @@ const (
 	redisClaimPrefix = "h:"
 )
 
-// DefaultRedisPrefix is the key prefix of a Redis store opened by URL
+// DefaultPrefix is the key prefix of a Redis store opened by URL
 // without a msgaudit_prefix query parameter.
-const DefaultRedisPrefix = "msgaudit:idempotency:"
+const DefaultPrefix = "msgaudit:idempotency:"
 
 // redisPrefixParam is the query parameter of a redis:// URL that sets the
 // key prefix. It is removed before the URL reaches go-redis, which rejects
@@ -118,15 +119,15 @@ type Store struct {
 	closed     atomic.Bool
 }
 
-// MaxRedisKeyLength is the largest Options.MaxKeyLength the Redis store
+// MaxKeyLength is the largest Options.MaxKeyLength the Redis store
 // accepts: Redis itself takes keys up to 512 MiB, but every stored key is
 // sent and kept whole, so longer keys are hashed well before that.
-const MaxRedisKeyLength = 64 << 10
+const MaxKeyLength = 64 << 10
 
 // New returns a store that keeps its keys under prefix (for example
 // "orders:idempotency:") in client. The prefix must not be empty (nor may
 // the URL's msgaudit_prefix be), and o.MaxKeyLength must not exceed
-// MaxRedisKeyLength. The caller keeps ownership of client:
+// MaxKeyLength. The caller keeps ownership of client:
 // Close leaves it open. New does no I/O; the first operation reports a
 // server that cannot be reached. Every operation checks its context before
 // sending; a context deadline also bounds a command in flight only when the
@@ -134,7 +135,7 @@ const MaxRedisKeyLength = 64 << 10
 // timeouts do).
 func New(client redis.UniversalClient, prefix string, o idempotency.Options) (*Store, error) {
 	if client == nil {
-		return nil, errors.New("idempotency: NewRedis: nil client")
+		return nil, errors.New("idempotency: redisstore.New: nil client")
 	}
 	if prefix == "" {
 		// As the metadata store: without a prefix the store's keys mix with
@@ -145,8 +146,8 @@ func New(client redis.UniversalClient, prefix string, o idempotency.Options) (*S
 	if err != nil {
 		return nil, err
 	}
-	if o.MaxKeyLength > MaxRedisKeyLength {
-		return nil, fmt.Errorf("%w: MaxKeyLength %d above the Redis store's %d", idempotency.ErrOptions, o.MaxKeyLength, MaxRedisKeyLength)
+	if o.MaxKeyLength > MaxKeyLength {
+		return nil, fmt.Errorf("%w: MaxKeyLength %d above the Redis store's %d", idempotency.ErrOptions, o.MaxKeyLength, MaxKeyLength)
 	}
 	return &Store{
 		client:   client,
@@ -162,7 +163,7 @@ func New(client redis.UniversalClient, prefix string, o idempotency.Options) (*S
 // (user is an ACL user), rediss:// for TLS with the system roots, unix://, plus
 // go-redis options as query parameters (dial_timeout, pool_size, ...). The
 // query parameter msgaudit_prefix sets the key prefix (default
-// DefaultRedisPrefix).
+// DefaultPrefix).
 //
 // rediss://…?skip_verify=true turns off the verification of the server's
 // certificate; the store then logs a warning to Options.Logger once.
@@ -241,14 +242,15 @@ func splitRedisURL(rawURL string) (clean, prefix string, err error) {
 		return "", "", err
 	}
 	if !found {
-		prefix = DefaultRedisPrefix
+		prefix = DefaultPrefix
 	}
 	return clean, prefix, nil
 }
 
-// Claim takes the key with SET NX PX claim TTL. ok is false when the key is
+// claim takes the key with SET NX PX claim TTL (the atomic two-state claim,
+// for claimkit.TryClaim and the tests). ok is false when the key is
 // claimed or confirmed.
-func (s *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
+func (s *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
 	if err := s.begin(ctx); err != nil {
 		return idempotency.Claim{}, false, err
 	}
@@ -256,7 +258,7 @@ func (s *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Cla
 	if err != nil {
 		return idempotency.Claim{}, false, err
 	}
-	token := idempotency.NewToken()
+	token := claimkit.NewToken()
 	start := time.Now()
 	ok, err := s.client.SetNX(ctx, sk, redisClaimPrefix+token, time.Duration(s.claimMS)*time.Millisecond).Result()
 	if err != nil {
@@ -278,7 +280,7 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 	if err != nil {
 		return 0, idempotency.Claim{}, err
 	}
-	token := idempotency.NewToken()
+	token := claimkit.NewToken()
 	start := time.Now()
 	res, err := redisTryClaim.Run(ctx, s.client, []string{sk}, redisClaimPrefix+token, s.claimMS).Int64()
 	if err != nil {

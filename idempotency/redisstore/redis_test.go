@@ -89,7 +89,7 @@ func newRedisTestStore(t testing.TB, o idempotency.Options) (*redisstore.Store, 
 	client, prefix := redisTestClient(t)
 	s, err := redisstore.New(client, prefix, o)
 	if err != nil {
-		t.Fatalf("NewRedis: %v", err)
+		t.Fatalf("redisstore.New: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s, client, prefix
@@ -213,7 +213,7 @@ func TestRedisRoundTrips(t *testing.T) {
 		}
 		other := idempotency.Key{Namespace: "rt2", ID: fmt.Sprint("m-", i)}
 		var ok bool
-		if n := count(func() { c, ok, err = s.Claim(ctx, other) }); n != 1 || err != nil || !ok {
+		if n := count(func() { c, ok, err = redisstore.Claim(ctx, s, other) }); n != 1 || err != nil || !ok {
 			t.Fatalf("Claim: %d round trips, ok=%v, err=%v", n, ok, err)
 		}
 		if n := count(func() { err = s.Release(ctx, c) }); n != 1 || err != nil {
@@ -276,7 +276,7 @@ func TestRedisStorageLayout(t *testing.T) {
 }
 
 // TestRedisOwnershipOfClient: Close closes a client the store opened and
-// leaves one passed to NewRedis open; a closed store answers ErrClosed.
+// leaves one passed to redisstore.New open; a closed store answers ErrClosed.
 func TestRedisOwnershipOfClient(t *testing.T) {
 	t.Parallel()
 	ctx := testwait.Context(t, time.Minute)
@@ -285,7 +285,7 @@ func TestRedisOwnershipOfClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := client.Ping(ctx).Err(); err != nil {
-		t.Errorf("NewRedis store closed the caller's client: %v", err)
+		t.Errorf("redisstore.New store closed the caller's client: %v", err)
 	}
 	if _, _, err := s.TryClaim(ctx, idempotency.Key{ID: "x"}); !errors.Is(err, idempotency.ErrClosed) {
 		t.Errorf("TryClaim after Close: %v, want ErrClosed", err)
@@ -329,7 +329,7 @@ func TestRedisURLPrefix(t *testing.T) {
 }
 
 // TestRedisUnreachable: a server that cannot be reached is an error from
-// every operation, never a verdict, and NewRedisURL fails at its ping.
+// every operation, never a verdict, and redisstore.Open fails at its ping.
 func TestRedisUnreachable(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -345,7 +345,7 @@ func TestRedisUnreachable(t *testing.T) {
 	if out, _, err := s.TryClaim(ctx, key); err == nil {
 		t.Errorf("TryClaim on a closed port = %v, want an error", out)
 	}
-	if _, ok, err := s.Claim(ctx, key); err == nil {
+	if _, ok, err := redisstore.Claim(ctx, s, key); err == nil {
 		t.Errorf("Claim on a closed port = %v, want an error", ok)
 	}
 	if ok, err := s.IsConfirmed(ctx, key); err == nil {
@@ -362,7 +362,7 @@ func TestRedisUnreachable(t *testing.T) {
 		t.Errorf("Renew on a closed port = %v, want a connection error", err)
 	}
 	if _, err := redisstore.Open(ctx, "redis://"+addr+"/0?max_retries=-1", idempotency.Options{}, nil); err == nil {
-		t.Error("NewRedisURL on a closed port: nil error")
+		t.Error("redisstore.Open on a closed port: nil error")
 	}
 }
 
@@ -409,7 +409,7 @@ func TestRedisCancelled(t *testing.T) {
 	if _, _, err := s.TryClaim(ctx, key); !errors.Is(err, context.Canceled) {
 		t.Errorf("TryClaim: %v", err)
 	}
-	if _, _, err := s.Claim(ctx, key); !errors.Is(err, context.Canceled) {
+	if _, _, err := redisstore.Claim(ctx, s, key); !errors.Is(err, context.Canceled) {
 		t.Errorf("Claim: %v", err)
 	}
 	if _, err := s.IsConfirmed(ctx, key); !errors.Is(err, context.Canceled) {
@@ -667,7 +667,7 @@ func ExampleOpen() {
 
 // TestRedisHungServer: against a server that never answers, a context
 // deadline ends every operation with an error that matches
-// context.DeadlineExceeded, never a verdict; NewRedisURL likewise.
+// context.DeadlineExceeded, never a verdict; redisstore.Open likewise.
 func TestRedisHungServer(t *testing.T) {
 	t.Parallel()
 	addr := storetestkit.SilentServer(t)
@@ -681,12 +681,12 @@ func TestRedisHungServer(t *testing.T) {
 	c := idempotency.Claim{Key: key, Token: "t"}
 	ops := map[string]func(ctx context.Context) error{
 		"TryClaim":    func(ctx context.Context) error { _, _, err := s.TryClaim(ctx, key); return err },
-		"Claim":       func(ctx context.Context) error { _, _, err := s.Claim(ctx, key); return err },
+		"Claim":       func(ctx context.Context) error { _, _, err := redisstore.Claim(ctx, s, key); return err },
 		"IsConfirmed": func(ctx context.Context) error { _, err := s.IsConfirmed(ctx, key); return err },
 		"Confirm":     func(ctx context.Context) error { return s.Confirm(ctx, c) },
 		"Release":     func(ctx context.Context) error { return s.Release(ctx, c) },
 		"Renew":       func(ctx context.Context) error { _, err := s.Renew(ctx, c); return err },
-		"NewRedisURL": func(ctx context.Context) error {
+		"redisstore.Open": func(ctx context.Context) error {
 			_, err := redisstore.Open(ctx, "redis://:pw@"+addr+"/0?max_retries=-1", idempotency.Options{}, nil)
 			return err
 		},
@@ -702,7 +702,7 @@ func TestRedisHungServer(t *testing.T) {
 }
 
 // TestRedactionProperty: for any password, well-formed in the URL or
-// pasted in raw, the errors of a failing NewRedisURL or OpenPostgresURL
+// pasted in raw, the errors of a failing redisstore.Open or pgstore.Open
 // never contain it, raw or in any of its escaped forms. The failures used
 // need no I/O (a closed PostgreSQL port fails at once; the Redis URLs are
 // refused while parsing), so many passwords can be tried.

@@ -11,10 +11,11 @@ import (
 	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 )
 
-// SQLiteTable is the table an SQLite store keeps its keys in.
-const SQLiteTable = "msgaudit_idempotency"
+// Table is the table an SQLite store keeps its keys in.
+const Table = "msgaudit_idempotency"
 
 // sqliteSchema creates the table and its expiry index; it is idempotent.
 // key is Key.StorageKey(MaxKeyLength); state is 'claimed' or 'confirmed';
@@ -22,38 +23,38 @@ const SQLiteTable = "msgaudit_idempotency"
 // nanoseconds of the store's clock. A row with expires_at <= now is gone:
 // an expired claim may be taken over, an expired confirmation is forgotten.
 const sqliteSchema = `
-CREATE TABLE IF NOT EXISTS ` + SQLiteTable + ` (
+CREATE TABLE IF NOT EXISTS ` + Table + ` (
 	key        TEXT    NOT NULL PRIMARY KEY,
 	state      TEXT    NOT NULL CHECK (state IN ('claimed', 'confirmed')),
 	owner      TEXT    NOT NULL,
 	expires_at INTEGER NOT NULL,
 	updated_at INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ` + SQLiteTable + `_expires ON ` + SQLiteTable + ` (expires_at);`
+CREATE INDEX IF NOT EXISTS ` + Table + `_expires ON ` + Table + ` (expires_at);`
 
 // sqliteClaimIfFree inserts a claim, or overwrites the existing row only
 // if it expired; RETURNING yields a row only when the claim was taken.
 // ?1 key, ?2 token, ?3 claim expiry, ?4 now.
 const sqliteClaimIfFree = `
-INSERT INTO ` + SQLiteTable + ` (key, state, owner, expires_at, updated_at)
+INSERT INTO ` + Table + ` (key, state, owner, expires_at, updated_at)
 VALUES (?1, 'claimed', ?2, ?3, ?4)
 ON CONFLICT (key) DO UPDATE SET
 	state = 'claimed', owner = excluded.owner, expires_at = excluded.expires_at, updated_at = excluded.updated_at
-WHERE ` + SQLiteTable + `.expires_at <= ?4
+WHERE ` + Table + `.expires_at <= ?4
 RETURNING owner`
 
 // sqliteStateOf reads the state of a live row: ?1 key, ?2 now.
-const sqliteStateOf = `SELECT state FROM ` + SQLiteTable + ` WHERE key = ?1 AND expires_at > ?2`
+const sqliteStateOf = `SELECT state FROM ` + Table + ` WHERE key = ?1 AND expires_at > ?2`
 
 // held is the condition for acting on a claim: ?1 key, ?2 token, ?3 now.
 const sqliteHeld = `key = ?1 AND owner = ?2 AND state = 'claimed' AND expires_at > ?3`
 
 const (
-	sqliteConfirm     = `UPDATE ` + SQLiteTable + ` SET state = 'confirmed', expires_at = ?4, updated_at = ?3 WHERE ` + sqliteHeld
-	sqliteRelease     = `DELETE FROM ` + SQLiteTable + ` WHERE ` + sqliteHeld
-	sqliteRenew       = `UPDATE ` + SQLiteTable + ` SET expires_at = ?4, updated_at = ?3 WHERE ` + sqliteHeld
-	sqliteIsConfirmed = `SELECT EXISTS (SELECT 1 FROM ` + SQLiteTable + ` WHERE key = ?1 AND state = 'confirmed' AND expires_at > ?2)`
-	sqlitePurge       = `DELETE FROM ` + SQLiteTable + ` WHERE key IN (SELECT key FROM ` + SQLiteTable + ` WHERE expires_at <= ?1 LIMIT ?2)`
+	sqliteConfirm     = `UPDATE ` + Table + ` SET state = 'confirmed', expires_at = ?4, updated_at = ?3 WHERE ` + sqliteHeld
+	sqliteRelease     = `DELETE FROM ` + Table + ` WHERE ` + sqliteHeld
+	sqliteRenew       = `UPDATE ` + Table + ` SET expires_at = ?4, updated_at = ?3 WHERE ` + sqliteHeld
+	sqliteIsConfirmed = `SELECT EXISTS (SELECT 1 FROM ` + Table + ` WHERE key = ?1 AND state = 'confirmed' AND expires_at > ?2)`
+	sqlitePurge       = `DELETE FROM ` + Table + ` WHERE key IN (SELECT key FROM ` + Table + ` WHERE expires_at <= ?1 LIMIT ?2)`
 )
 
 // sqliteDefaults are the pragmas Open sets unless the path's own
@@ -205,7 +206,7 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 	}
 	now := s.o.Clock.Now()
 	nowN := now.UnixNano()
-	tok := idempotency.NewToken()
+	tok := claimkit.NewToken()
 	sk := key.StorageKey(s.o.MaxKeyLength)
 	// Fast path: a live row answers without a transaction. The answer is
 	// as fresh as any (it describes the key at the moment of the read).
@@ -251,13 +252,6 @@ func stateOutcome(state string) idempotency.Outcome {
 		return idempotency.AlreadyConfirmed
 	}
 	return idempotency.InProgress
-}
-
-// Claim takes a lease on key; ok is false when the key is claimed by
-// someone else or confirmed.
-func (s *Store) Claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
-	o, c, err := s.TryClaim(ctx, key)
-	return c, o == idempotency.Claimed, err
 }
 
 // update runs one conditional statement on a held claim and maps "no row

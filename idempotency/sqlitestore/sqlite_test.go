@@ -25,7 +25,7 @@ func openSQLiteTest(t *testing.T, path string, o idempotency.Options) *sqlitesto
 	t.Helper()
 	s, err := sqlitestore.Open(context.Background(), path, o)
 	if err != nil {
-		t.Fatalf("OpenSQLite: %v", err)
+		t.Fatalf("sqlitestore.Open: %v", err)
 	}
 	sqlitePaths.Store(idempotency.Store(s), path)
 	t.Cleanup(func() { _ = s.Close() })

@@ -23,6 +23,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/testwait"
 )
 
@@ -236,8 +237,7 @@ func randHex(n int) string {
 }
 
 // testRace: 32 goroutines race on each of 1000 keys; exactly one wins
-// each key, all others see InProgress. Half the goroutines use TryClaim
-// and half Claim, so both paths are held to one winner. Keys go in
+// each key, all others see InProgress. Keys go in
 // batches of 50 so the goroutines meet on the same key at the same time.
 func (s *suite) testRace(t *testing.T) {
 	const (
@@ -252,28 +252,18 @@ func (s *suite) testRace(t *testing.T) {
 	for lo := 0; lo < keys; lo += batch {
 		var start, done sync.WaitGroup
 		start.Add(1)
-		for g := range goroutines {
+		for range goroutines {
 			done.Add(1)
 			go func() {
 				defer done.Done()
 				start.Wait()
 				for i := lo; i < lo+batch; i++ {
 					k := e.key("race-" + itoa(i))
-					var (
-						c   idempotency.Claim
-						won bool
-						o   idempotency.Outcome
-						err error
-					)
-					if g%2 == 0 {
-						o, c, err = e.s.TryClaim(e.ctx, k)
-						won = o == idempotency.Claimed
-						if err == nil && !won && o != idempotency.InProgress {
-							t.Errorf("key %d: TryClaim = %v, want claimed or in-progress", i, o)
-							failed.Store(true)
-						}
-					} else {
-						c, won, err = e.s.Claim(e.ctx, k)
+					o, c, err := e.s.TryClaim(e.ctx, k)
+					won := o == idempotency.Claimed
+					if err == nil && !won && o != idempotency.InProgress {
+						t.Errorf("key %d: TryClaim = %v, want claimed or in-progress", i, o)
+						failed.Store(true)
 					}
 					if err != nil {
 						t.Errorf("key %d: %v", i, err)
@@ -327,15 +317,9 @@ func (s *suite) testConfirm(t *testing.T) {
 	c := e.tryClaim(k, idempotency.Claimed)
 	e.isConfirmed(k, false)
 	e.tryClaim(k, idempotency.InProgress)
-	if _, ok, err := e.s.Claim(e.ctx, k); err != nil || ok {
-		t.Fatalf("Claim of a claimed key = %v, %v; want false, nil", ok, err)
-	}
 	expectErr(t, "Confirm", e.s.Confirm(e.ctx, c), nil)
 	e.isConfirmed(k, true)
 	e.tryClaim(k, idempotency.AlreadyConfirmed)
-	if _, ok, err := e.s.Claim(e.ctx, k); err != nil || ok {
-		t.Fatalf("Claim of a confirmed key = %v, %v; want false, nil", ok, err)
-	}
 	expectErr(t, "second Confirm", e.s.Confirm(e.ctx, c), idempotency.ErrClaimLost)
 	expectErr(t, "Release after Confirm", e.s.Release(e.ctx, c), idempotency.ErrClaimLost)
 	if _, err := e.s.Renew(e.ctx, c); !errors.Is(err, idempotency.ErrClaimLost) {
@@ -357,10 +341,7 @@ func (s *suite) testRelease(t *testing.T) {
 	expectErr(t, "Release", e.s.Release(e.ctx, c1), nil)
 	e.isConfirmed(k, false)
 	expectErr(t, "second Release", e.s.Release(e.ctx, c1), idempotency.ErrClaimLost)
-	c2, ok, err := e.s.Claim(e.ctx, k)
-	if err != nil || !ok {
-		t.Fatalf("Claim after Release = %v, %v; want true, nil", ok, err)
-	}
+	c2 := e.tryClaim(k, idempotency.Claimed)
 	if c2.Token == c1.Token {
 		t.Fatalf("a new claim reused token %q", c1.Token)
 	}
@@ -385,7 +366,7 @@ func (s *suite) testForeignTokens(t *testing.T) {
 		name string
 		c    idempotency.Claim
 	}{
-		{"forged token", idempotency.Claim{Key: a, Token: idempotency.NewToken(), Expires: ca.Expires}},
+		{"forged token", idempotency.Claim{Key: a, Token: claimkit.NewToken(), Expires: ca.Expires}},
 		{"empty token", idempotency.Claim{Key: a, Expires: ca.Expires}},
 		{"another key's token", idempotency.Claim{Key: a, Token: cb.Token, Expires: ca.Expires}},
 		{"never claimed key", idempotency.Claim{Key: never, Token: ca.Token, Expires: ca.Expires}},
@@ -518,13 +499,10 @@ func (s *suite) testInvalidKey(t *testing.T) {
 		if !errors.Is(err, idempotency.ErrInvalidKey) || o != 0 || c != (idempotency.Claim{}) {
 			t.Fatalf("TryClaim(%q) = %v, %+v, %v; want ErrInvalidKey and zero values", k, o, c, err)
 		}
-		if _, ok, err := e.s.Claim(e.ctx, k); !errors.Is(err, idempotency.ErrInvalidKey) || ok {
-			t.Fatalf("Claim(%q) = %v, %v; want ErrInvalidKey", k, ok, err)
-		}
 		if ok, err := e.s.IsConfirmed(e.ctx, k); !errors.Is(err, idempotency.ErrInvalidKey) || ok {
 			t.Fatalf("IsConfirmed(%q) = %v, %v; want ErrInvalidKey", k, ok, err)
 		}
-		bad := idempotency.Claim{Key: k, Token: idempotency.NewToken()}
+		bad := idempotency.Claim{Key: k, Token: claimkit.NewToken()}
 		expectErr(t, "Confirm", e.s.Confirm(e.ctx, bad), idempotency.ErrInvalidKey)
 		expectErr(t, "Release", e.s.Release(e.ctx, bad), idempotency.ErrInvalidKey)
 		if _, err := e.s.Renew(e.ctx, bad); !errors.Is(err, idempotency.ErrInvalidKey) {
@@ -602,9 +580,6 @@ func (s *suite) testCancelled(t *testing.T) {
 		if !errors.Is(err, want) || o != 0 || cl != (idempotency.Claim{}) {
 			t.Fatalf("TryClaim = %v, %+v, %v; want %v and zero values", o, cl, err, want)
 		}
-		if _, ok, err := e.s.Claim(ctx, free); !errors.Is(err, want) || ok {
-			t.Fatalf("Claim = %v, %v; want %v", ok, err, want)
-		}
 		if ok, err := e.s.IsConfirmed(ctx, held); !errors.Is(err, want) || ok {
 			t.Fatalf("IsConfirmed = %v, %v; want %v", ok, err, want)
 		}
@@ -631,7 +606,7 @@ func (s *suite) testUnreachable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	k := idempotency.Key{Namespace: "storetest-" + randHex(6), ID: "m1"}
-	c := idempotency.Claim{Key: k, Token: idempotency.NewToken(), Expires: time.Now().Add(time.Minute)}
+	c := idempotency.Claim{Key: k, Token: claimkit.NewToken(), Expires: time.Now().Add(time.Minute)}
 	notVerdict := func(op string, err error) {
 		t.Helper()
 		if err == nil {
@@ -645,11 +620,6 @@ func (s *suite) testUnreachable(t *testing.T) {
 	notVerdict("TryClaim", err)
 	if out != 0 || cl != (idempotency.Claim{}) {
 		t.Fatalf("TryClaim on an unreachable server = %v, %+v; want zero values", out, cl)
-	}
-	_, ok, err := st.Claim(ctx, k)
-	notVerdict("Claim", err)
-	if ok {
-		t.Fatal("Claim on an unreachable server reported ok")
 	}
 	confirmed, err := st.IsConfirmed(ctx, k)
 	notVerdict("IsConfirmed", err)
@@ -795,8 +765,8 @@ func (s *suite) testModel(t *testing.T) {
 		for range n {
 			now := e.clock.Now()
 			k := rapid.SampledFrom(keys).Draw(rt, "key")
-			switch op := rapid.SampledFrom([]string{"try", "claim", "confirm", "release", "renew", "is", "wait"}).Draw(rt, "op"); op {
-			case "try", "claim":
+			switch op := rapid.SampledFrom([]string{"try", "confirm", "release", "renew", "is", "wait"}).Draw(rt, "op"); op {
+			case "try":
 				want := idempotency.Claimed
 				if en, ok := live(k); ok {
 					want = idempotency.InProgress
@@ -804,23 +774,7 @@ func (s *suite) testModel(t *testing.T) {
 						want = idempotency.AlreadyConfirmed
 					}
 				}
-				var (
-					got idempotency.Outcome
-					c   idempotency.Claim
-					err error
-				)
-				if op == "try" {
-					got, c, err = e.s.TryClaim(ctx, k)
-				} else {
-					var ok bool
-					c, ok, err = e.s.Claim(ctx, k)
-					got = idempotency.InProgress
-					if ok {
-						got = idempotency.Claimed
-					} else if want == idempotency.AlreadyConfirmed {
-						got = want // Claim cannot tell the two refusals apart
-					}
-				}
+				got, c, err := e.s.TryClaim(ctx, k)
 				if err != nil || got != want {
 					rt.Fatalf("%s(%s) = %v, %v; model says %v", op, k.ID, got, err, want)
 				}

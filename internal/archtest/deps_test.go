@@ -44,6 +44,7 @@ var layers = map[string]float64{
 	"msgid": 1.0, "bitsetbin": 1.1, "audit": 1.2, "audit/audittest": 1.25, "connaudit": 1.3,
 	// Store interfaces, their memory stores and conformance suites.
 	"idempotency": 2, "metadata": 2,
+	"internal/claimkit":     2.2, // tokens and the two-state TryClaim the backends share
 	"idempotency/storetest": 2.5, "metadata/storetest": 2.5,
 	// The pipeline.
 	"receiver": 3,
@@ -56,10 +57,11 @@ var layers = map[string]float64{
 	"idempotency/sqlitestore": 5, "idempotency/redisstore": 5, "idempotency/pgstore": 5,
 	"metadata/sqlitemeta": 5, "metadata/redismeta": 5, "metadata/pgmeta": 5,
 	"inbox/pgxinbox": 5,
+	// Exporters: the pipeline's counters and the transports' counters as
+	// plain structs, so below the transports.
+	"promexport": 3.5,
 	// Transports.
 	"stompconsumer": 6, "rabbitconsumer": 6,
-	// Exporters.
-	"promexport": 7,
 	// Tools.
 	"internal/benchkit": 8, "tune": 9, "bench": 9, "brokermodel": 9,
 	"bench/e2e": 9, "bench/e2e/cmd/e2e": 9.5, "internal/crashtest": 9,
@@ -169,6 +171,36 @@ func TestLightPackagesLinkNoDriver(t *testing.T) {
 					shown[h] = true
 					t.Errorf("%s depends on %s: %s", p, strings.TrimSuffix(h, "/"), c)
 				}
+			}
+		}
+	}
+}
+
+// brokerClients are the broker client libraries; a program links one only
+// through the transport it imports.
+var brokerClients = []string{
+	"github.com/go-stomp/",
+	"github.com/rabbitmq/amqp091-go",
+}
+
+// TestExporterLinksNoTransport: promexport exports the STOMP counters from
+// a struct of its own, so a program that scrapes the pipeline (or a
+// RabbitMQ consumer) does not link go-stomp, nor amqp091-go.
+func TestExporterLinksNoTransport(t *testing.T) {
+	root := module + "/promexport"
+	pkgs := list(t, root)
+	if pkgs[root] == nil {
+		t.Fatalf("go list did not report %s", root)
+	}
+	for path := range pkgs {
+		for _, c := range brokerClients {
+			if strings.HasPrefix(path, c) {
+				t.Errorf("promexport depends on %s: %s", path, chain(pkgs, root, path))
+			}
+		}
+		for _, tr := range []string{module + "/stompconsumer", module + "/rabbitconsumer"} {
+			if path == tr {
+				t.Errorf("promexport depends on a transport: %s", chain(pkgs, root, path))
 			}
 		}
 	}

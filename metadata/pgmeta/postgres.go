@@ -56,7 +56,7 @@ var _ metadata.StoreCloser = (*Store)(nil)
 // leaves it open. Call Migrate once to create the table.
 func New(pool *pgxpool.Pool, table string) (*Store, error) {
 	if pool == nil {
-		return nil, errors.New("metadata: NewPostgres: nil pool")
+		return nil, errors.New("metadata: pgmeta.New: nil pool")
 	}
 	q, err := quoteTable(table)
 	if err != nil {

@@ -28,7 +28,7 @@ func openRedisURL(ctx context.Context, rawURL string) (metadata.StoreCloser, err
 	if err := metaurl.CheckURL(rawURL); err != nil {
 		return nil, err
 	}
-	prefix, rest, err := metaurl.CutParam(rawURL, metaurl.PrefixParam, DefaultRedisPrefix)
+	prefix, rest, err := metaurl.CutParam(rawURL, metaurl.PrefixParam, DefaultPrefix)
 	if err != nil {
 		return nil, err
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/acemq/msgaudit/metadata"
 )
 
-// DefaultRedisPrefix is the key prefix Open uses for Redis when the URL
+// DefaultPrefix is the key prefix Open uses for Redis when the URL
 // names none.
-const DefaultRedisPrefix = "msgaudit:meta:"
+const DefaultPrefix = "msgaudit:meta:"
 
 // Store is a metadata.Store in Redis: one string per key, under a prefix.
 // PutIfAbsent and Replace are Lua scripts, so each is one atomic round trip
@@ -57,7 +57,7 @@ return 0
 // shares keys with other data.
 func New(client redis.UniversalClient, prefix string) (*Store, error) {
 	if client == nil {
-		return nil, errors.New("metadata: NewRedis: nil client")
+		return nil, errors.New("metadata: redismeta.New: nil client")
 	}
 	if prefix == "" {
 		return nil, fmt.Errorf("%w: empty Redis prefix", metadata.ErrInvalidName)

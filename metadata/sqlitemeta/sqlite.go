@@ -35,7 +35,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 func openSQLite(ctx context.Context, path, table string) (*Store, error) {
 	if path == "" {
-		return nil, errors.New("metadata: OpenSQLite: empty path")
+		return nil, errors.New("metadata: sqlitemeta.Open: empty path")
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
@@ -65,7 +65,7 @@ func openSQLite(ctx context.Context, path, table string) (*Store, error) {
 // create the table.
 func New(db *sql.DB, table string) (*Store, error) {
 	if db == nil {
-		return nil, errors.New("metadata: NewSQLite: nil db")
+		return nil, errors.New("metadata: sqlitemeta.New: nil db")
 	}
 	q, err := quoteTable(table)
 	if err != nil {

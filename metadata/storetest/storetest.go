@@ -592,3 +592,48 @@ func testModel(t *testing.T, open Opener) {
 		}
 	})
 }
+
+// Bench measures Get, Replace and PutIfAbsent on the stores open returns
+// (a fresh, empty one per sub-benchmark), reporting allocations. Each
+// backend package runs it from its own BenchmarkStore.
+func Bench(b *testing.B, open func(b *testing.B) metadata.Store) {
+	ctx := context.Background()
+	b.Run("op=get", func(b *testing.B) {
+		s := open(b)
+		if _, _, err := s.PutIfAbsent(ctx, "k", "0"); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := s.Get(ctx, "k"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("op=replace", func(b *testing.B) {
+		s := open(b)
+		if _, _, err := s.PutIfAbsent(ctx, "k", "0"); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			ok, err := s.Replace(ctx, "k", strconv.Itoa(i), strconv.Itoa(i+1))
+			if err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			i++
+		}
+	})
+	b.Run("op=put-if-absent", func(b *testing.B) {
+		s := open(b)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, stored, err := s.PutIfAbsent(ctx, strconv.Itoa(i), "v"); err != nil || !stored {
+				b.Fatal(stored, err)
+			}
+			i++
+		}
+	})
+}

@@ -1,25 +1,37 @@
-package idempotency_test
+package claimkit_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/storetest"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/testwait"
 )
 
-// twoStateStore is a Store whose TryClaim is TryClaimGeneric over the
-// memory store's Claim and IsConfirmed: the suite holds the generic path
-// to the same contract as the one-step stores.
+// memTwoState is a claimkit.TwoState over the memory store: its Claim is
+// the store's TryClaim reduced to claimed or not.
+type memTwoState struct{ *idempotency.Memory }
+
+func (s memTwoState) Claim(ctx context.Context, k idempotency.Key) (idempotency.Claim, bool, error) {
+	o, c, err := s.Memory.TryClaim(ctx, k)
+	return c, o == idempotency.Claimed, err
+}
+
+// twoStateStore is a Store whose TryClaim is claimkit.TryClaim over a
+// two-state claim and IsConfirmed: the suite holds the generic path to the
+// same contract as the one-step stores.
 type twoStateStore struct{ *idempotency.Memory }
 
 func (s twoStateStore) TryClaim(ctx context.Context, k idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
-	return idempotency.TryClaimGeneric(ctx, s.Memory, k)
+	return claimkit.TryClaim(ctx, memTwoState(s), k)
 }
 
-func TestTryClaimGenericConformance(t *testing.T) {
+func TestTryClaimConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
 		return twoStateStore{idempotency.NewMemory(o)}
@@ -27,15 +39,15 @@ func TestTryClaimGenericConformance(t *testing.T) {
 }
 
 // between is a TwoState whose Claim, once refused, lets hook act on the
-// underlying store before IsConfirmed runs: the races TryClaimGeneric's
-// doc comment reasons about, made deterministic.
+// underlying store before IsConfirmed runs: the races TryClaim's doc
+// comment reasons about, made deterministic.
 type between struct {
 	*idempotency.Memory
 	hook func()
 }
 
 func (b between) Claim(ctx context.Context, k idempotency.Key) (idempotency.Claim, bool, error) {
-	c, ok, err := b.Memory.Claim(ctx, k)
+	c, ok, err := memTwoState{b.Memory}.Claim(ctx, k)
 	if !ok && err == nil && b.hook != nil {
 		b.hook()
 	}
@@ -56,7 +68,7 @@ func (f failing) IsConfirmed(context.Context, idempotency.Key) (bool, error) {
 	return true, f.confirmedErr
 }
 
-func TestTryClaimGenericRaces(t *testing.T) {
+func TestTryClaimRaces(t *testing.T) {
 	t.Parallel()
 	ctx := testwait.Context(t, time.Minute)
 	k := idempotency.Key{Namespace: "q", ID: "m1"}
@@ -88,23 +100,59 @@ func TestTryClaimGenericRaces(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := between{Memory: m, hook: func() { tt.act(t, m, c) }}
-			o, got, err := idempotency.TryClaimGeneric(ctx, b, k)
+			o, got, err := claimkit.TryClaim(ctx, b, k)
 			if err != nil || o != tt.want || got != (idempotency.Claim{}) {
-				t.Fatalf("TryClaimGeneric = %v, %+v, %v; want %v", o, got, err, tt.want)
+				t.Fatalf("TryClaim = %v, %+v, %v; want %v", o, got, err, tt.want)
 			}
 		})
 	}
 }
 
-func TestTryClaimGenericErrors(t *testing.T) {
+func TestTryClaimErrors(t *testing.T) {
 	t.Parallel()
 	ctx := testwait.Context(t, time.Minute)
 	k := idempotency.Key{ID: "m1"}
 	boom := context.DeadlineExceeded
 	for _, f := range []failing{{claimErr: boom}, {confirmedErr: boom}} {
-		o, c, err := idempotency.TryClaimGeneric(ctx, f, k)
+		o, c, err := claimkit.TryClaim(ctx, f, k)
 		if err != boom || o != 0 || c != (idempotency.Claim{}) {
-			t.Fatalf("TryClaimGeneric(%+v) = %v, %+v, %v; want the error and zero values", f, o, c, err)
+			t.Fatalf("TryClaim(%+v) = %v, %+v, %v; want the error and zero values", f, o, c, err)
 		}
 	}
+}
+
+func TestNewToken(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 1000 {
+		tok := claimkit.NewToken()
+		if len(tok) != 32 || strings.Trim(tok, "0123456789abcdef") != "" {
+			t.Fatalf("token %q is not 32 hex digits", tok)
+		}
+		if seen[tok] {
+			t.Fatalf("token %q repeated", tok)
+		}
+		seen[tok] = true
+	}
+}
+
+// ExampleTryClaim shows a store written against the two-state contract
+// (an atomic Claim and IsConfirmed) getting TryClaim.
+func ExampleTryClaim() {
+	ctx := context.Background()
+	m := idempotency.NewMemory(idempotency.Options{})
+	s := memTwoState{m}
+	key := idempotency.Key{Namespace: "q", ID: "m1"}
+
+	o, c, _ := claimkit.TryClaim(ctx, s, key)
+	fmt.Println(o)
+	o, _, _ = claimkit.TryClaim(ctx, s, key)
+	fmt.Println(o)
+	_ = m.Confirm(ctx, c)
+	o, _, _ = claimkit.TryClaim(ctx, s, key)
+	fmt.Println(o)
+	// Output:
+	// claimed
+	// in-progress
+	// already-confirmed
 }

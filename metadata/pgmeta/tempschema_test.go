@@ -1,4 +1,4 @@
-package metadata_test
+package pgmeta_test
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"github.com/acemq/msgaudit/metadata/pgmeta"
 )
 
-// TestPostgresTempSchemaRefused: a table in a temporary schema would be a
+// TestTempSchemaRefused: a table in a temporary schema would be a
 // different table on every pooled connection (no shared state at all), so
 // pgmeta.New and Open refuse it before any I/O; look-alike names that are
 // ordinary schemas are accepted.
-func TestPostgresTempSchemaRefused(t *testing.T) {
+func TestTempSchemaRefused(t *testing.T) {
 	for _, name := range []string{"pg_temp.x", "PG_TEMP.x", "pg_temp_3.x", "pg_toast_temp_12.x", "Pg_Temp_0.t"} {
 		if _, err := pgmeta.New(&pgxpool.Pool{}, name); !errors.Is(err, metadata.ErrInvalidName) {
 			t.Errorf("pgmeta.New(%q) = %v; want ErrInvalidName", name, err)

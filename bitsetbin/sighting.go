@@ -1,31 +1,31 @@
 package bitsetbin
 
-// Verdict is the outcome of marking one index in a window.
-type Verdict uint8
+// Sighting is the outcome of marking one index in a window.
+type Sighting uint8
 
 const (
-	// New means the bit was clear and is now set: the first sighting.
-	New Verdict = iota
+	// FirstSeen means the bit was clear and is now set: the first sighting.
+	FirstSeen Sighting = iota
 	// Duplicate means the bit was already set: the index was marked before
 	// and not rolled back.
 	Duplicate
 	// TooOld means the index lies below the window: nothing was recorded and
 	// the window cannot tell whether it was seen. Callers choose whether to
-	// fail open (treat as new) or closed (ask a durable store).
+	// fail open (treat as first seen) or closed (ask a durable store).
 	TooOld
 )
 
-// String returns "new", "duplicate" or "too-old".
-func (v Verdict) String() string {
+// String returns "first-seen", "duplicate" or "too-old".
+func (v Sighting) String() string {
 	switch v {
-	case New:
-		return "new"
+	case FirstSeen:
+		return "first-seen"
 	case Duplicate:
 		return "duplicate"
 	case TooOld:
 		return "too-old"
 	}
-	return "verdict(" + itoa(uint64(v)) + ")"
+	return "sighting(" + itoa(uint64(v)) + ")"
 }
 
 func itoa(u uint64) string {
