@@ -165,11 +165,16 @@ func New(cfg Config) (*Consumer, error) {
 	}
 
 	if cfg.Inbox != nil {
-		total := 0
-		for _, s := range subs {
-			total += s.Concurrency
+		// Every subscription's deliveries may take the inbox's lanes, and
+		// each subscription's handlers are bounded by its own Concurrency:
+		// the lanes must not outnumber the smallest.
+		least := 0
+		for i, s := range subs {
+			if i == 0 || s.Concurrency < least {
+				least = s.Concurrency
+			}
 		}
-		if err := checkInbox(cfg, total); err != nil {
+		if err := checkInbox(cfg, least); err != nil {
 			return nil, err
 		}
 	}
@@ -919,7 +924,7 @@ func checkLanes(ib receiver.Selector, handlers int) error {
 		lanes = s.SizeLanes(handlers)
 	}
 	if lanes > handlers {
-		return fmt.Errorf("%w: the inbox has %d lanes but %d handlers run at once; a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most the concurrency", ErrConfig, lanes, handlers)
+		return fmt.Errorf("%w: the inbox has %d lanes but a subscription runs %d handlers at once; a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most the smallest subscription's Concurrency", ErrConfig, lanes, handlers)
 	}
 	if p, ok := ib.(interface{ MaxOpenConns() int }); ok {
 		if n := p.MaxOpenConns(); n > 0 && n < lanes {
@@ -930,7 +935,7 @@ func checkLanes(ib receiver.Selector, handlers int) error {
 }
 
 // checkInbox refuses configurations that would defeat the transactional
-// inbox; handlers is the number of handler goroutines.
+// inbox; handlers is the smallest subscription's Concurrency.
 func checkInbox(cfg Config, handlers int) error {
 	if v := reflect.ValueOf(cfg.Inbox); v.Kind() == reflect.Pointer && v.IsNil() {
 		return fmt.Errorf("%w: Inbox is a nil %T", ErrConfig, cfg.Inbox)
