@@ -126,10 +126,11 @@ type Config struct {
 	// transaction). New sizes the inbox's lanes (transactions open at
 	// once, each running its deliveries one after the other; on
 	// PostgreSQL, unless the inbox's Options.Lanes is set) to the
-	// smallest subscription's Concurrency (every subscription's deliveries
-	// may hold a lane while they wait for one of its handlers), and
-	// refuses more lanes than that or a database pool with fewer
-	// connections than lanes (each lane holds one). The inbox scopes its keys by its own Options.Namespace,
+	// subscriptions' total Concurrency, but no more than the Concurrency
+	// of any subscription that holds more deliveries than it runs
+	// handlers (its deliveries may hold lanes while they wait for one of
+	// its handlers), and refuses more lanes than that or a database pool
+	// with fewer connections than lanes (each lane holds one). The inbox scopes its keys by its own Options.Namespace,
 	// not by Namespace.
 	Inbox receiver.Selector
 

@@ -165,16 +165,18 @@ func New(cfg Config) (*Consumer, error) {
 	}
 
 	if cfg.Inbox != nil {
-		// Every subscription's deliveries may take the inbox's lanes, and
-		// each subscription's handlers are bounded by its own Concurrency:
-		// the lanes must not outnumber the smallest.
-		least := 0
-		for i, s := range subs {
-			if i == 0 || s.Concurrency < least {
-				least = s.Concurrency
+		// The lanes are sized to the handlers of every subscription
+		// together, but a subscription that holds more deliveries in the
+		// pipeline than it runs handlers could take more lanes than it has
+		// handlers: the lanes must not outnumber its Concurrency.
+		total, bound := 0, 0
+		for _, s := range subs {
+			total += s.Concurrency
+			if inFlight(s) > s.Concurrency && (bound == 0 || s.Concurrency < bound) {
+				bound = s.Concurrency
 			}
 		}
-		if err := checkInbox(cfg, least); err != nil {
+		if err := checkInbox(cfg, total, bound); err != nil {
 			return nil, err
 		}
 	}
@@ -914,17 +916,22 @@ func truncate(s string, n int) string {
 
 // checkLanes sizes the inbox's lanes (transactions open at once, each
 // running its deliveries' handlers one after the other) to the handlers
-// when the inbox's options left them open, and refuses more lanes than
-// handlers (a delivery holding a lane, and with it the uncommitted work of
-// its batch, could wait for a handler slot held by a handler waiting for
-// that work's locks) or than the pool's connections (each lane holds one).
-func checkLanes(ib receiver.Selector, handlers int) error {
+// (at most bound, when bound > 0) when the inbox's options left them open,
+// and refuses more lanes than that (a delivery holding a lane, and with it
+// the uncommitted work of its batch, could wait for a handler slot held by
+// a handler waiting for that work's locks) or than the pool's connections
+// (each lane holds one).
+func checkLanes(ib receiver.Selector, handlers, bound int) error {
+	limit := handlers
+	if bound > 0 && bound < limit {
+		limit = bound
+	}
 	lanes := 0
 	if s, ok := ib.(interface{ SizeLanes(handlers int) int }); ok {
-		lanes = s.SizeLanes(handlers)
+		lanes = s.SizeLanes(limit)
 	}
-	if lanes > handlers {
-		return fmt.Errorf("%w: the inbox has %d lanes but a subscription runs %d handlers at once; a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most the smallest subscription's Concurrency", ErrConfig, lanes, handlers)
+	if lanes > limit {
+		return fmt.Errorf("%w: the inbox has %d lanes but %d handlers can take them (a subscription's Concurrency bounds its own); a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most %d", ErrConfig, lanes, limit, limit)
 	}
 	if p, ok := ib.(interface{ MaxOpenConns() int }); ok {
 		if n := p.MaxOpenConns(); n > 0 && n < lanes {
@@ -934,9 +941,14 @@ func checkLanes(ib receiver.Selector, handlers int) error {
 	return nil
 }
 
+// inFlight is how many of s's deliveries are in the pipeline at once.
+func inFlight(s Subscription) int { return s.Concurrency }
+
 // checkInbox refuses configurations that would defeat the transactional
-// inbox; handlers is the smallest subscription's Concurrency.
-func checkInbox(cfg Config, handlers int) error {
+// inbox; handlers is the number of handler goroutines, bound (0: none)
+// the most lanes one subscription may hold while waiting for its own
+// handlers.
+func checkInbox(cfg Config, handlers, bound int) error {
 	if v := reflect.ValueOf(cfg.Inbox); v.Kind() == reflect.Pointer && v.IsNil() {
 		return fmt.Errorf("%w: Inbox is a nil %T", ErrConfig, cfg.Inbox)
 	}
@@ -950,5 +962,5 @@ func checkInbox(cfg Config, handlers int) error {
 	case cfg.MissingKey == receiver.MissingKeyProcess:
 		return fmt.Errorf("%w: Inbox with MissingKeyProcess: a delivery without a key would reach the handler without the inbox's transaction; dead-letter it instead", ErrConfig)
 	}
-	return checkLanes(cfg.Inbox, handlers)
+	return checkLanes(cfg.Inbox, handlers, bound)
 }

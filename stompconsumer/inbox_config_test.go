@@ -69,12 +69,8 @@ func TestConfigInbox(t *testing.T) {
 		{"inbox and prebuilt receiver", "prebuilt Receiver", func(c *Config) { c.Receiver = prebuilt }},
 		{"inbox and DuplicateDeliver", "DuplicateDeliver", func(c *Config) { c.DuplicatePolicy = receiver.DuplicateDeliver }},
 		{"inbox and MissingKeyProcess", "MissingKeyProcess", func(c *Config) { c.MissingKey = receiver.MissingKeyProcess }},
-		{"pool smaller than the lanes", "allows 1 connections but the inbox has 2 lanes", func(c *Config) { c.Inbox = testInbox(t, 1, 2) }},
-		{"more lanes than a subscription's handlers", "has 3 lanes but a subscription runs 2 handlers", func(c *Config) { c.Inbox = testInbox(t, 8, 3) }},
-		{"more lanes than the smaller subscription's handlers", "has 2 lanes but a subscription runs 1 handlers", func(c *Config) {
-			c.Inbox = testInbox(t, 8, 2)
-			c.Subscriptions[1].Concurrency = 1
-		}},
+		{"pool smaller than the lanes", "allows 3 connections but the inbox has 4 lanes", func(c *Config) { c.Inbox = testInbox(t, 3, 4) }},
+		{"more lanes than handlers", "has 5 lanes but 4 handlers", func(c *Config) { c.Inbox = testInbox(t, 8, 5) }},
 		{"one lane in a pool of one", "", func(c *Config) { c.Inbox = testInbox(t, 1) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
