@@ -172,7 +172,7 @@ func New(cfg Config) (*Consumer, error) {
 		total, bound := 0, 0
 		for _, s := range subs {
 			total += s.Concurrency
-			if inFlight(s) > s.Concurrency && (bound == 0 || s.Concurrency < bound) {
+			if pipelined(s) > s.Concurrency && (bound == 0 || s.Concurrency < bound) {
 				bound = s.Concurrency
 			}
 		}
@@ -941,8 +941,8 @@ func checkLanes(ib receiver.Selector, handlers, bound int) error {
 	return nil
 }
 
-// inFlight is how many of s's deliveries are in the pipeline at once.
-func inFlight(s Subscription) int { return s.Concurrency }
+// pipelined is how many of s's deliveries are in the pipeline at once.
+func pipelined(s Subscription) int { return s.Concurrency }
 
 // checkInbox refuses configurations that would defeat the transactional
 // inbox; handlers is the number of handler goroutines, bound (0: none)
