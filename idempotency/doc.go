@@ -66,4 +66,14 @@
 // expired context returns ctx.Err(); when it was already done at the call,
 // nothing changed. A backend error or timeout is always an error with a
 // zero Outcome, never a false Claimed or AlreadyConfirmed.
+//
+// # Batches and group commit
+//
+// A backend that can claim, confirm and release many keys in one round
+// trip or transaction implements BatchStore (Memory does; storetest holds
+// every BatchStore to answering each key exactly as the single-key call
+// would). Group wraps a BatchStore so that the single-key calls of many
+// concurrent goroutines (the deliveries a consumer has in flight) share
+// batch calls: the store's cost per call is paid once per batch instead of
+// once per message.
 package idempotency

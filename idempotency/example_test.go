@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/acemq/msgaudit/idempotency"
 )
@@ -81,4 +82,28 @@ func ExampleRedactURL() {
 	fmt.Println(idempotency.RedactURL("postgres://app:s3cret@db:5432/msgs?sslmode=require"))
 	// Output:
 	// postgres://app:xxxxx@db:5432/msgs?sslmode=require
+}
+
+// ExampleGroup shows concurrent deliveries sharing batch calls: each
+// goroutine applies the consumer rule with the single-key calls, and
+// Group sends them to the store in batches.
+func ExampleGroup() {
+	ctx := context.Background()
+	store := idempotency.Group(idempotency.NewMemory(idempotency.Options{}), idempotency.GroupOptions{MaxBatch: 64})
+	defer store.Close()
+
+	var wg sync.WaitGroup
+	acks := make([]string, 8)
+	for i := range acks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := idempotency.Key{Namespace: "orders", ID: fmt.Sprint("ID:host-1-2:1:1:", i)}
+			acks[i] = handle(ctx, store, key, func() error { return nil })
+		}()
+	}
+	wg.Wait()
+	fmt.Println(acks)
+	// Output:
+	// [ack ack ack ack ack ack ack ack]
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,7 +69,7 @@ type Memory struct {
 	shards         [memoryShards]memShard
 }
 
-var _ Store = (*Memory)(nil)
+var _ BatchStore = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store. It panics if o is invalid
 // (see Options.Validate): options are the caller's constants, so a bad
@@ -261,6 +263,136 @@ func (m *Memory) IsConfirmed(ctx context.Context, key Key) (bool, error) {
 	e, ok := sh.m[mk]
 	sh.mu.Unlock()
 	return ok && e.confirmed && e.expires > now, nil
+}
+
+// shardMask returns the set of shards (bit i for shard i) holding the
+// valid keys among keys; key(i) returns the i-th key.
+func (m *Memory) shardMask(n int, key func(i int) Key) uint64 {
+	var mask uint64
+	for i := range n {
+		k := key(i)
+		if k.Validate() != nil {
+			continue
+		}
+		mk, _ := m.key(k)
+		mask |= 1 << (mk[0] % memoryShards)
+	}
+	return mask
+}
+
+// lockShards locks the shards in mask in ascending order (so two batches
+// never deadlock), unlockShards unlocks them.
+func (m *Memory) lockShards(mask uint64) {
+	for ; mask != 0; mask &= mask - 1 {
+		m.shards[bits.TrailingZeros64(mask)].mu.Lock()
+	}
+}
+
+func (m *Memory) unlockShards(mask uint64) {
+	for ; mask != 0; mask &= mask - 1 {
+		m.shards[bits.TrailingZeros64(mask)].mu.Unlock()
+	}
+}
+
+// checkBatch returns the error a whole batch fails with: a length
+// mismatch, an ended context or a closed store.
+func (m *Memory) checkBatch(ctx context.Context, op string, n, results int) error {
+	if n != results {
+		return fmt.Errorf("idempotency: %s with %d entries and %d result slots", op, n, results)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// TryClaimBatch try-claims every key as TryClaim would, in slice order,
+// under one acquisition of the locks of the shards involved: the batch is
+// atomic with respect to every other operation on the store, and sees one
+// instant of the clock. An invalid key gets ErrInvalidKey in its result;
+// a cancelled context or a closed store fails the whole batch.
+func (m *Memory) TryClaimBatch(ctx context.Context, keys []Key, res []ClaimResult) error {
+	if err := m.checkBatch(ctx, "TryClaimBatch", len(keys), len(res)); err != nil {
+		return err
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	mask := m.shardMask(len(keys), func(i int) Key { return keys[i] })
+	now := m.clock.Now()
+	nowN := now.UnixNano()
+	m.lockShards(mask)
+	for i, k := range keys {
+		if err := k.Validate(); err != nil {
+			res[i] = ClaimResult{Err: err}
+			continue
+		}
+		mk, sh := m.key(k)
+		if e, ok := sh.m[mk]; ok && e.expires > nowN {
+			if e.confirmed {
+				res[i] = ClaimResult{Outcome: AlreadyConfirmed}
+			} else {
+				res[i] = ClaimResult{Outcome: InProgress}
+			}
+			continue
+		}
+		seq := m.tokenSeq.Add(1)
+		sh.m[mk] = memEntry{seq: seq, expires: addNanos(nowN, m.ttl)}
+		res[i] = ClaimResult{Outcome: Claimed, Claim: Claim{Key: k, Token: m.newToken(seq), Expires: now.Add(m.ttl)}}
+	}
+	m.unlockShards(mask)
+	return nil
+}
+
+// settleBatch runs Confirm (confirm true) or Release on every claim, in
+// slice order, under one acquisition of the shard locks involved.
+func (m *Memory) settleBatch(ctx context.Context, op string, claims []Claim, errs []error, confirm bool) error {
+	if err := m.checkBatch(ctx, op, len(claims), len(errs)); err != nil {
+		return err
+	}
+	if len(claims) == 0 {
+		return nil
+	}
+	mask := m.shardMask(len(claims), func(i int) Key { return claims[i].Key })
+	nowN := m.clock.Now().UnixNano()
+	m.lockShards(mask)
+	for i, c := range claims {
+		if err := c.Key.Validate(); err != nil {
+			errs[i] = err
+			continue
+		}
+		mk, sh := m.key(c.Key)
+		e, ok := sh.m[mk]
+		if !held(e, ok, m.parseToken(c.Token), nowN) {
+			errs[i] = ErrClaimLost
+			continue
+		}
+		errs[i] = nil
+		if confirm {
+			sh.m[mk] = memEntry{confirmed: true, expires: addNanos(nowN, m.retention)}
+		} else {
+			delete(sh.m, mk)
+		}
+	}
+	m.unlockShards(mask)
+	return nil
+}
+
+// ConfirmBatch confirms every claim as Confirm would, in slice order,
+// under one acquisition of the shard locks involved; a claim not held gets
+// ErrClaimLost and an invalid key ErrInvalidKey in errs.
+func (m *Memory) ConfirmBatch(ctx context.Context, claims []Claim, errs []error) error {
+	return m.settleBatch(ctx, "ConfirmBatch", claims, errs, true)
+}
+
+// ReleaseBatch releases every claim as Release would, in slice order,
+// under one acquisition of the shard locks involved; a claim not held gets
+// ErrClaimLost and an invalid key ErrInvalidKey in errs.
+func (m *Memory) ReleaseBatch(ctx context.Context, claims []Claim, errs []error) error {
+	return m.settleBatch(ctx, "ReleaseBatch", claims, errs, false)
 }
 
 // Purge deletes every expired claim and confirmation and returns how many

@@ -11,9 +11,12 @@ import (
 )
 
 // BenchmarkProcess measures one new delivery through the pipeline (and,
-// for dup=true, one duplicate absorbed by memory).
+// for dup=true, one duplicate absorbed by memory). The memory+grouped-store
+// tier sends the memory store's calls through idempotency.Group
+// (StoreBatch set), one delivery at a time: Group's cost when there is
+// nothing to group.
 func BenchmarkProcess(b *testing.B) {
-	for _, tier := range []string{"memory", "memory+store"} {
+	for _, tier := range []string{"memory", "memory+store", "memory+grouped-store"} {
 		for _, dup := range []bool{false, true} {
 			b.Run("tier="+tier+"/dup="+strconv.FormatBool(dup), func(b *testing.B) {
 				ca, err := connaudit.New(connaudit.Options{})
@@ -21,10 +24,13 @@ func BenchmarkProcess(b *testing.B) {
 					b.Fatal(err)
 				}
 				cfg := receiver.Config{Audit: receiver.ConnAudit(ca), Completed: 1 << 20}
-				if tier == "memory+store" {
+				if tier != "memory" {
 					s := idempotency.NewMemory(idempotency.Options{})
 					defer s.Close()
 					cfg.Store = s
+				}
+				if tier == "memory+grouped-store" {
+					cfg.StoreBatch = idempotency.DefaultGroupMaxBatch
 				}
 				r, err := receiver.New(cfg)
 				if err != nil {

@@ -20,9 +20,12 @@
 //     requeued — never acknowledged.
 //  3. Durable tier (StoreSelector): idempotency.Store try-claim. Claimed →
 //     run; AlreadyConfirmed → duplicate; InProgress or an error → requeue.
+//     A store that is an idempotency.BatchStore is wrapped in
+//     idempotency.Group (Config.StoreBatch, Config.StoreLinger), so the
+//     claims and confirms of concurrent deliveries share batch calls.
 //  4. Extra selectors (Config.Selectors), e.g. a metadata-store selector.
-//  5. Handler (panics recovered; the claim renewed at half its lease while
-//     it runs). Success → confirm in the store, record the key as
+//  5. Handler (panics recovered; the claim renewed at half its lease from
+//     the claim until the settle). Success → confirm in the store, record the key as
 //     completed → Ack. Failure → roll back the audit bit and release the
 //     claim → Requeue until MaxAttempts, then DeadLetter with the reason
 //     and attempt count.
@@ -52,7 +55,8 @@
 // time (Process sets its derived key, Attempt and, for DuplicateDeliver,
 // Duplicate and a copied Headers map). Process blocks while the handler
 // runs and, for a duplicate of an in-flight delivery, for at most
-// Config.InFlightWait. Renewals run in a goroutine per claim that stops
-// before Process returns. Callbacks (OnDuplicate, Handler) are never called
+// Config.InFlightWait. A StoreSelector renews all its held claims from one
+// goroutine, which runs only while claims are held; a claim is no longer
+// renewed once Process has settled it. Callbacks (OnDuplicate, Handler) are never called
 // with a receiver lock held.
 package receiver

@@ -62,6 +62,20 @@ type Config struct {
 	// pointer (a store whose Open error went unchecked) is an error from
 	// New.
 	Store idempotency.Store
+	// StoreBatch groups the store calls of concurrent deliveries
+	// (idempotency.Group) when Store is an idempotency.BatchStore: it is
+	// the largest batch (GroupOptions.MaxBatch). 0 means
+	// idempotency.DefaultGroupMaxBatch, except for the in-process
+	// *idempotency.Memory, which is not grouped by default (a batch saves
+	// it no round trip, and the hand-off to the batching goroutine costs
+	// more than its calls); 1 turns grouping off; a negative value is an
+	// error from New.
+	StoreBatch int
+	// StoreLinger is how long a grouped store call may wait for others to
+	// share its batch (GroupOptions.Linger); 0, the default, means no
+	// waiting: calls that arrive while a batch is in flight form the next
+	// one. A negative value is an error from New.
+	StoreLinger time.Duration
 	// Namespace is the store namespace (see StoreOptions.Namespace).
 	Namespace string
 	// Selectors are extra selectors run after the store (for example a
@@ -149,6 +163,9 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.Store != nil && nilcheck.IsNil(cfg.Store) {
 		return nil, fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?); leave Store unset for no durable store", ErrConfig, cfg.Store)
 	}
+	if cfg.StoreBatch < 0 || cfg.StoreLinger < 0 {
+		return nil, fmt.Errorf("%w: negative StoreBatch %d or StoreLinger %v", ErrConfig, cfg.StoreBatch, cfg.StoreLinger)
+	}
 	for i, s := range cfg.Selectors {
 		if nilcheck.IsNil(s) {
 			return nil, fmt.Errorf("%w: selector %d is nil (%T; was an error from building it ignored?)", ErrConfig, i, s)
@@ -167,8 +184,8 @@ func New(cfg Config) (*Receiver, error) {
 	r.memory = mem
 	r.selectors = append(r.selectors, mem)
 	if cfg.Store != nil {
-		st, err := NewStoreSelector(cfg.Store, StoreOptions{Namespace: cfg.Namespace, RenewEvery: cfg.RenewEvery,
-			Clock: cfg.Clock, Metrics: cfg.Metrics})
+		st, err := NewStoreSelector(groupStore(cfg), StoreOptions{Namespace: cfg.Namespace, RenewEvery: cfg.RenewEvery,
+			Clock: cfg.Clock, Metrics: cfg.Metrics, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -184,6 +201,18 @@ func New(cfg Config) (*Receiver, error) {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return r, nil
+}
+
+// groupStore returns cfg.Store wrapped in idempotency.Group as
+// cfg.StoreBatch and cfg.StoreLinger say. The Group is never closed: it
+// holds no goroutine while idle, and closing is the store owner's call on
+// cfg.Store.
+func groupStore(cfg Config) idempotency.Store {
+	if _, ok := cfg.Store.(*idempotency.Memory); ok && cfg.StoreBatch == 0 {
+		return cfg.Store
+	}
+	return idempotency.Group(cfg.Store, idempotency.GroupOptions{MaxBatch: cfg.StoreBatch, Linger: cfg.StoreLinger,
+		Timeout: cfg.SettleTimeout})
 }
 
 // Metrics returns the receiver's counters.
@@ -223,7 +252,8 @@ func (r *Receiver) Forget(m *Message) bool {
 //  2. Selectors in order (memory: in-flight/outcome table and connection
 //     audit; store: try-claim; extra selectors). Reject → duplicate policy
 //     (no later selector asked: two-tier); Defer → Requeue, never Ack.
-//  3. Handler, its panics recovered; claims renewed while it runs.
+//  3. Handler, its panics recovered; store claims renewed from the claim
+//     to the settle, other selectors' leases while it runs.
 //  4. Success → settle Completed from the last selector to the first (the
 //     store confirms before memory records the key as done) → Ack. A failed
 //     confirm → settle Failed everywhere (rollback and release) → Requeue.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
+	"github.com/acemq/msgaudit/internal/pgpooler"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
@@ -69,7 +70,10 @@ var postgresTempSchemaRE = regexp.MustCompile(`(?i)^pg_(toast_)?temp(_[0-9]+)?$`
 // Round trips: every operation is one SQL statement, so one round trip on a
 // connection that has already prepared it (pgx's default statement cache
 // prepares each statement once per connection, which costs one extra round
-// trip the first time).
+// trip the first time). The batch methods of idempotency.BatchStore
+// (TryClaimBatch, ConfirmBatch, ReleaseBatch) are one statement each too,
+// over arrays of keys, so a batch costs one round trip and at most one
+// commit flush whatever its size.
 //
 // Cost: a claim and a confirm each commit a write, so a pair waits for two
 // WAL flushes; on one connection that, not the SQL, bounds the rate (see
@@ -97,6 +101,8 @@ type Store struct {
 	index string // quoted, unqualified
 
 	sqlClaim, sqlTryClaim, sqlConfirm, sqlRelease, sqlRenew, sqlIsConfirmed, sqlPurge string
+
+	sqlTryClaimBatch, sqlConfirmBatch, sqlReleaseBatch string
 }
 
 // New returns a store on table in pool. table is a plain identifier
@@ -140,6 +146,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Op
 		index:    pgx.Identifier{m[2] + postgresIndexSuffix}.Sanitize(),
 	}
 	p.buildSQL()
+	p.buildBatchSQL()
 	return p, nil
 }
 
@@ -283,6 +290,12 @@ func (p *Store) migrate(ctx context.Context) error {
 // sslrootcert naming the CA, or sslrootcert=system) wherever the network
 // is not trusted. The effective mode (TLSMode) is logged once to
 // Options.Logger, as a warning unless it is verify-full or verify-ca.
+//
+// Behind a pooler in transaction mode (PgBouncer without
+// max_prepared_statements), add default_query_exec_mode=exec to the URL:
+// pgx's default statement cache names statements per client connection,
+// which such a pooler breaks (the calls then fail with an error that says
+// so).
 //
 // Errors name the URL with its password redacted; the password never
 // appears in them.
@@ -587,9 +600,11 @@ func (p *Store) storageKey(key idempotency.Key) (string, error) {
 	return key.StorageKey(p.o.MaxKeyLength), nil
 }
 
-// opError wraps a pgx error. When ctx ended, the context's error is the
+// opError wraps a pgx error, with a hint when a transaction-mode pooler
+// broke pgx's statement cache (see internal/pgpooler). When ctx ended, the context's error is the
 // cause so callers can match it with errors.Is.
 func (p *Store) opError(ctx context.Context, op string, err error) error {
+	err = pgpooler.Explain(err)
 	if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		return fmt.Errorf("idempotency: postgres %s: %w (%v)", op, ctxErr, err)
 	}

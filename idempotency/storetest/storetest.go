@@ -68,6 +68,10 @@ const (
 // return a new, empty (or at least isolated) store per call and arrange
 // its cleanup with t.Cleanup; the suite closes stores itself too, so
 // Close must tolerate a second call.
+//
+// When the stores implement idempotency.BatchStore (Run opens one store
+// to see), Run also runs the batch cases, named "Batch/...": the ones
+// RunBatch runs.
 func Run(t *testing.T, open func(t *testing.T, o idempotency.Options) idempotency.Store, caps Capabilities) {
 	if caps.ShortTTL <= 0 {
 		caps.ShortTTL = 300 * time.Millisecond
@@ -108,6 +112,11 @@ func Run(t *testing.T, open func(t *testing.T, o idempotency.Options) idempotenc
 			t.Parallel()
 			c.fn(t)
 		})
+	}
+	if s.isBatchStore(t) {
+		s.runBatch(t)
+	} else {
+		t.Log("the batch cases do not apply to this store: it does not implement idempotency.BatchStore")
 	}
 }
 

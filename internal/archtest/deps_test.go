@@ -40,6 +40,8 @@ var layers = map[string]float64{
 	"internal/tlsconf": 0, "internal/testenv": 0, "internal/tcpproxy": 0,
 	"internal/readmecheck": 0, "internal/cmd/testsummary": 0, "internal/archtest": 0,
 	"internal/testwait": 0,
+	// Test helpers on top of testenv.
+	"internal/pgrestart": 0.5,
 	// Core: msgid → bitsetbin → audit → connaudit.
 	"msgid": 1.0, "bitsetbin": 1.1, "audit": 1.2, "audit/audittest": 1.25, "connaudit": 1.3,
 	// Store interfaces, their memory stores and conformance suites.
@@ -53,6 +55,7 @@ var layers = map[string]float64{
 	// Backends: one driver each, never each other.
 	"internal/metaurl":        4.5,
 	"internal/storeconn":      4.5,
+	"internal/pgpooler":       4.5,
 	"internal/storetestkit":   4.5,
 	"idempotency/sqlitestore": 5, "idempotency/redisstore": 5, "idempotency/pgstore": 5,
 	"metadata/sqlitemeta": 5, "metadata/redismeta": 5, "metadata/pgmeta": 5,

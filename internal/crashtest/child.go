@@ -19,7 +19,7 @@ import (
 	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/pgstore"
-	"github.com/acemq/msgaudit/idempotency/redisstore"
+	_ "github.com/acemq/msgaudit/idempotency/redisstore" // registers its URL schemes with idempotency.Open
 	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 	"github.com/acemq/msgaudit/rabbitconsumer"
 	"github.com/acemq/msgaudit/receiver"
@@ -210,7 +210,9 @@ func storeTier(ctx context.Context, cfg Config, db *sql.DB, led *ledger, g *gaug
 	case StorePostgres:
 		st, err = pgstore.Open(ctx, withParam(cfg.DSN, "msgaudit_table", cfg.StoreAt), opts)
 	case StoreRedis:
-		st, err = redisstore.Open(ctx, withParam(cfg.StoreURL, "msgaudit_prefix", cfg.StoreAt), opts, nil)
+		// Through idempotency.Open, so any URL scheme redisstore
+		// registers works: a single server or a Redis Cluster.
+		st, err = idempotency.Open(ctx, withParam(cfg.StoreURL, "msgaudit_prefix", cfg.StoreAt), opts)
 	default:
 		err = fmt.Errorf("crashtest: unknown store %q", cfg.Store)
 	}

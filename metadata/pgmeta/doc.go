@@ -7,6 +7,11 @@
 //	s, err := metadata.Open(ctx, "postgres://app@db/app?msgaudit_table=meta")
 //
 // New uses a pool the caller made (for a client certificate, say).
+//
+// Behind a pooler in transaction mode (PgBouncer without
+// max_prepared_statements), add default_query_exec_mode=exec to the URL:
+// pgx's default statement cache does not survive statements moving between
+// server connections, and the calls fail with an error that says so.
 package pgmeta
 
 import (

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/acemq/msgaudit/internal/pgpooler"
 	"github.com/acemq/msgaudit/metadata"
 )
 
@@ -88,7 +89,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	updated_at timestamptz NOT NULL DEFAULT now()
 )`)
 	if err != nil {
-		return fmt.Errorf("metadata: postgres migrate: %w", err)
+		return fmt.Errorf("metadata: postgres migrate: %w", pgpooler.Explain(err))
 	}
 	return nil
 }
@@ -96,7 +97,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // Drop drops the table and everything in it (for tests and teardown).
 func (s *Store) Drop(ctx context.Context) error {
 	if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+s.table); err != nil {
-		return fmt.Errorf("metadata: postgres drop: %w", err)
+		return fmt.Errorf("metadata: postgres drop: %w", pgpooler.Explain(err))
 	}
 	return nil
 }
@@ -113,7 +114,7 @@ func (s *Store) Get(ctx context.Context, key string) (string, bool, error) {
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("metadata: postgres get: %w", err)
+		return "", false, fmt.Errorf("metadata: postgres get: %w", pgpooler.Explain(err))
 	}
 	return string(v), true, nil
 }
@@ -139,7 +140,7 @@ func (s *Store) PutIfAbsent(ctx context.Context, key, value string) (string, boo
 			continue
 		}
 		if err != nil {
-			return "", false, fmt.Errorf("metadata: postgres put-if-absent: %w", err)
+			return "", false, fmt.Errorf("metadata: postgres put-if-absent: %w", pgpooler.Explain(err))
 		}
 		if stored {
 			return "", true, nil
@@ -156,7 +157,7 @@ func (s *Store) Replace(ctx context.Context, key, old, new string) (bool, error)
 	}
 	tag, err := s.pool.Exec(ctx, s.replaceSQL, []byte(sk), []byte(old), []byte(new))
 	if err != nil {
-		return false, fmt.Errorf("metadata: postgres replace: %w", err)
+		return false, fmt.Errorf("metadata: postgres replace: %w", pgpooler.Explain(err))
 	}
 	return tag.RowsAffected() == 1, nil
 }
@@ -169,7 +170,7 @@ func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
 	}
 	tag, err := s.pool.Exec(ctx, s.removeSQL, []byte(sk), []byte(value))
 	if err != nil {
-		return false, fmt.Errorf("metadata: postgres remove: %w", err)
+		return false, fmt.Errorf("metadata: postgres remove: %w", pgpooler.Explain(err))
 	}
 	return tag.RowsAffected() == 1, nil
 }

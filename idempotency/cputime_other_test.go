@@ -1,8 +1,0 @@
-//go:build !unix
-
-package idempotency_test
-
-import "time"
-
-// processCPU is unavailable here; benchmarks then omit cpu-ns/op.
-func processCPU() (time.Duration, bool) { return 0, false }

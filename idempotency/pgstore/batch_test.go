@@ -1,0 +1,431 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"pgregory.net/rapid"
+
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/pgstore"
+	"github.com/acemq/msgaudit/internal/storetestkit"
+	"github.com/acemq/msgaudit/internal/testwait"
+)
+
+// TestPostgresBatchMatchesSingle drives two stores on two tables with the
+// same random operations: one store gets each batch as one TryClaimBatch,
+// ConfirmBatch or ReleaseBatch call, the other gets the same keys and
+// claims one single-key call at a time in slice order. Every answer must be
+// the same: outcomes, per-key errors, which claims are held. Batches repeat
+// keys and claims, mix in invalid keys, tokens that were never issued and
+// claims already settled.
+func TestPostgresBatchMatchesSingle(t *testing.T) {
+	t.Parallel()
+	ctx := testwait.Context(t, 5*time.Minute)
+	o := idempotency.Options{ClaimTTL: time.Hour, Retention: time.Hour}
+	batch, _, _ := newPostgresTestStore(t, o, nil, 2)
+	single, _, _ := newPostgresTestStore(t, o, nil, 2)
+	rapid.Check(t, func(rt *rapid.T) {
+		ns := "eq-" + storetestkit.Hex(6)
+		pool := []idempotency.Key{
+			{Namespace: ns, ID: "a"}, {Namespace: ns, ID: "b"}, {Namespace: ns, ID: "c"},
+			{Namespace: ns, ID: "d"}, {Namespace: ns, ID: strings.Repeat("long", 200)},
+			{Namespace: ns}, // invalid: empty ID
+		}
+		// claims[j] is the j-th claim each store handed out: the same
+		// key, each store's own token.
+		var bClaims, sClaims []idempotency.Claim
+		steps := rapid.IntRange(1, 12).Draw(rt, "steps")
+		for range steps {
+			switch op := rapid.SampledFrom([]string{"try", "confirm", "release"}).Draw(rt, "op"); op {
+			case "try":
+				keys := rapid.SliceOfN(rapid.SampledFrom(pool), 0, 8).Draw(rt, "keys")
+				res := make([]idempotency.ClaimResult, len(keys))
+				if err := batch.TryClaimBatch(ctx, keys, res); err != nil {
+					rt.Fatalf("TryClaimBatch: %v", err)
+				}
+				for i, k := range keys {
+					out, c, err := single.TryClaim(ctx, k)
+					if out != res[i].Outcome || !errors.Is(res[i].Err, err) || (err == nil) != (res[i].Err == nil) {
+						rt.Fatalf("key %d (%.8s): batch %v, %v; single %v, %v", i, k.ID, res[i].Outcome, res[i].Err, out, err)
+					}
+					if out == idempotency.Claimed {
+						bc := res[i].Claim
+						if bc.Key != k || bc.Token == "" || bc.Expires.Before(time.Now().Add(50*time.Minute)) {
+							rt.Fatalf("key %d: batch claim %+v, want the key, a token and an expiry an hour away", i, bc)
+						}
+						bClaims = append(bClaims, bc)
+						sClaims = append(sClaims, c)
+					}
+				}
+			case "confirm", "release":
+				// Indexes of claims handed out, or -1: a forged token.
+				idx := rapid.SliceOfN(rapid.IntRange(-1, len(bClaims)-1), 0, 8).Draw(rt, "claims")
+				bc := make([]idempotency.Claim, len(idx))
+				sc := make([]idempotency.Claim, len(idx))
+				for i, j := range idx {
+					if j < 0 {
+						k := rapid.SampledFrom(pool).Draw(rt, "forged")
+						tok := rapid.SampledFrom([]string{"", "forged"}).Draw(rt, "token")
+						bc[i] = idempotency.Claim{Key: k, Token: tok}
+						sc[i] = bc[i]
+						continue
+					}
+					bc[i], sc[i] = bClaims[j], sClaims[j]
+				}
+				errs := make([]error, len(bc))
+				var err error
+				if op == "confirm" {
+					err = batch.ConfirmBatch(ctx, bc, errs)
+				} else {
+					err = batch.ReleaseBatch(ctx, bc, errs)
+				}
+				if err != nil {
+					rt.Fatalf("%sBatch: %v", op, err)
+				}
+				for i, c := range sc {
+					var err error
+					if op == "confirm" {
+						err = single.Confirm(ctx, c)
+					} else {
+						err = single.Release(ctx, c)
+					}
+					if !errors.Is(errs[i], err) || (err == nil) != (errs[i] == nil) {
+						rt.Fatalf("%s claim %d (index %d, key %.8s): batch %v, single %v", op, i, idx[i], c.Key.ID, errs[i], err)
+					}
+				}
+			}
+		}
+		// Both stores end in the same state.
+		for _, k := range pool[:len(pool)-1] {
+			b, err1 := batch.IsConfirmed(ctx, k)
+			s, err2 := single.IsConfirmed(ctx, k)
+			if err1 != nil || err2 != nil || b != s {
+				rt.Fatalf("IsConfirmed(%.8s): batch %v, %v; single %v, %v", k.ID, b, err1, s, err2)
+			}
+		}
+	})
+}
+
+// TestPostgresBatchRepeats pins the answers for keys and claims that repeat
+// within one batch: the first occurrence is answered as the single call
+// would, later ones as a call right after it.
+func TestPostgresBatchRepeats(t *testing.T) {
+	t.Parallel()
+	ctx := testwait.Context(t, time.Minute)
+	s, _, _ := newPostgresTestStore(t, idempotency.Options{}, nil, 2)
+	k := func(id string) idempotency.Key { return idempotency.Key{Namespace: "rep", ID: id} }
+
+	// done is confirmed beforehand, held is claimed by someone else.
+	_, dc, err := s.TryClaim(ctx, k("done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Confirm(ctx, dc); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.TryClaim(ctx, k("held")); err != nil {
+		t.Fatal(err)
+	}
+
+	keys := []idempotency.Key{k("new"), k("done"), k("new"), k("held"), {}, k("done"), k("held"), k("new")}
+	want := []idempotency.Outcome{idempotency.Claimed, idempotency.AlreadyConfirmed, idempotency.InProgress, idempotency.InProgress, 0, idempotency.AlreadyConfirmed, idempotency.InProgress, idempotency.InProgress}
+	res := make([]idempotency.ClaimResult, len(keys))
+	if err := s.TryClaimBatch(ctx, keys, res); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if i == 4 {
+			if !errors.Is(r.Err, idempotency.ErrInvalidKey) {
+				t.Errorf("key %d (empty): err %v, want ErrInvalidKey", i, r.Err)
+			}
+			continue
+		}
+		if r.Err != nil || r.Outcome != want[i] {
+			t.Errorf("key %d (%s): %v, %v; want %v", i, keys[i].ID, r.Outcome, r.Err, want[i])
+		}
+		if (r.Outcome == idempotency.Claimed) != (r.Claim.Token != "") {
+			t.Errorf("key %d: outcome %v with claim %+v", i, r.Outcome, r.Claim)
+		}
+	}
+
+	c := res[0].Claim
+	errs := make([]error, 4)
+	if err := s.ConfirmBatch(ctx, []idempotency.Claim{c, c, {Key: k("x")}, {Key: k("new"), Token: "forged"}}, errs); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []error{nil, idempotency.ErrClaimLost, idempotency.ErrClaimLost, idempotency.ErrClaimLost} {
+		if !errors.Is(errs[i], want) || (want == nil) != (errs[i] == nil) {
+			t.Errorf("ConfirmBatch claim %d: %v, want %v", i, errs[i], want)
+		}
+	}
+	if ok, err := s.IsConfirmed(ctx, k("new")); err != nil || !ok {
+		t.Errorf("IsConfirmed after ConfirmBatch = %v, %v", ok, err)
+	}
+}
+
+// TestPostgresBatchExpiry: a batch takes over expired claims and
+// confirmations past their retention like TryClaim does, and a lapsed
+// holder's ConfirmBatch and ReleaseBatch get ErrClaimLost and change
+// nothing.
+func TestPostgresBatchExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := testwait.Context(t, time.Minute)
+	s, _, _ := newPostgresTestStore(t, idempotency.Options{ClaimTTL: 200 * time.Millisecond, Retention: 200 * time.Millisecond}, nil, 2)
+	keys := []idempotency.Key{{Namespace: "exp", ID: "a"}, {Namespace: "exp", ID: "b"}}
+	first := make([]idempotency.ClaimResult, 2)
+	if err := s.TryClaimBatch(ctx, keys, first); err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, 1)
+	if err := s.ConfirmBatch(ctx, []idempotency.Claim{first[1].Claim}, errs); err != nil || errs[0] != nil {
+		t.Fatalf("ConfirmBatch = %v, %v", err, errs[0])
+	}
+	time.Sleep(500 * time.Millisecond) // a's claim and b's confirmation lapse by the server's clock
+	second := make([]idempotency.ClaimResult, 2)
+	if err := s.TryClaimBatch(ctx, keys, second); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range second {
+		if r.Err != nil || r.Outcome != idempotency.Claimed {
+			t.Errorf("key %d after expiry: %v, %v; want claimed", i, r.Outcome, r.Err)
+		}
+	}
+	errs = make([]error, 1)
+	for _, f := range []func(context.Context, []idempotency.Claim, []error) error{s.ConfirmBatch, s.ReleaseBatch} {
+		if err := f(ctx, []idempotency.Claim{first[0].Claim}, errs); err != nil || !errors.Is(errs[0], idempotency.ErrClaimLost) {
+			t.Errorf("lapsed holder's batch = %v, %v; want ErrClaimLost", err, errs[0])
+		}
+	}
+	errs = make([]error, 2)
+	if err := s.ReleaseBatch(ctx, []idempotency.Claim{second[0].Claim, second[1].Claim}, errs); err != nil || errs[0] != nil || errs[1] != nil {
+		t.Errorf("the new holder's ReleaseBatch = %v, %v", err, errs)
+	}
+}
+
+// TestPostgresBatchConcurrent: goroutines try-claim overlapping batches
+// of keys in different orders (so their row locks could cross), confirm
+// or release what they claimed and retry what was in progress, until every
+// key is confirmed. Each key is confirmed by exactly one holder, no two
+// claims of a key are ever held at once, and no batch fails (a deadlock
+// would).
+func TestPostgresBatchConcurrent(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newPostgresTestStore(t, idempotency.Options{}, nil, 8)
+	runBatchWorkers(t, s, 8)
+}
+
+// runBatchWorkers is TestPostgresBatchConcurrent's run on s with workers
+// goroutines.
+func runBatchWorkers(t *testing.T, s *pgstore.Store, workers int) {
+	ctx := testwait.Context(t, 3*time.Minute)
+	const nkeys, size = 300, 48
+	key := func(i int) idempotency.Key { return idempotency.Key{Namespace: "conc", ID: fmt.Sprint(i)} }
+	var (
+		holders   [nkeys]atomic.Int32
+		confirmed [nkeys]atomic.Int32
+		wg        sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for round := 0; ; round++ {
+				var todo []int
+				for i := range nkeys {
+					if confirmed[i].Load() == 0 {
+						todo = append(todo, i)
+					}
+				}
+				if len(todo) == 0 || ctx.Err() != nil {
+					return
+				}
+				rng.Shuffle(len(todo), func(a, b int) { todo[a], todo[b] = todo[b], todo[a] })
+				todo = todo[:min(size, len(todo))]
+				keys := make([]idempotency.Key, len(todo))
+				for j, i := range todo {
+					keys[j] = key(i)
+				}
+				res := make([]idempotency.ClaimResult, len(keys))
+				if err := s.TryClaimBatch(ctx, keys, res); err != nil {
+					t.Errorf("worker %d: TryClaimBatch: %v", w, err)
+					return
+				}
+				var conf, rel []idempotency.Claim
+				var confIdx []int
+				for j, r := range res {
+					if r.Err != nil {
+						t.Errorf("worker %d: key %d: %v", w, todo[j], r.Err)
+						return
+					}
+					if r.Outcome != idempotency.Claimed {
+						continue
+					}
+					if n := holders[todo[j]].Add(1); n != 1 {
+						t.Errorf("key %d held by %d claims at once", todo[j], n)
+					}
+					if rng.IntN(4) == 0 {
+						rel = append(rel, r.Claim)
+					} else {
+						conf = append(conf, r.Claim)
+						confIdx = append(confIdx, todo[j])
+					}
+				}
+				// Holders are counted down before the store hears of it,
+				// so a count above one is a real overlap.
+				for _, c := range rel {
+					var i int
+					fmt.Sscan(c.Key.ID, &i)
+					holders[i].Add(-1)
+				}
+				errs := make([]error, len(rel))
+				if err := s.ReleaseBatch(ctx, rel, errs); err != nil {
+					t.Errorf("worker %d: ReleaseBatch: %v", w, err)
+					return
+				}
+				for j, err := range errs {
+					if err != nil {
+						t.Errorf("worker %d: release %s: %v", w, rel[j].Key.ID, err)
+					}
+				}
+				for _, i := range confIdx {
+					holders[i].Add(-1)
+				}
+				errs = make([]error, len(conf))
+				if err := s.ConfirmBatch(ctx, conf, errs); err != nil {
+					t.Errorf("worker %d: ConfirmBatch: %v", w, err)
+					return
+				}
+				for j, err := range errs {
+					if err != nil {
+						t.Errorf("worker %d: confirm %s: %v", w, conf[j].Key.ID, err)
+						continue
+					}
+					confirmed[confIdx[j]].Add(1)
+				}
+			}
+		}()
+	}
+	testwait.Group(t, &wg, 3*time.Minute, "the end of the batch workers")
+	for i := range nkeys {
+		if n := confirmed[i].Load(); n != 1 {
+			t.Errorf("key %d confirmed %d times, want 1", i, n)
+		}
+	}
+	for i := range nkeys {
+		if ok, err := s.IsConfirmed(ctx, key(i)); err != nil || !ok {
+			t.Errorf("IsConfirmed(key %d) = %v, %v", i, ok, err)
+		}
+	}
+}
+
+// TestPostgresBatchRoundTrips: each batch call is one statement (no
+// prepare once warm), whatever its size; an empty or all-invalid batch
+// sends nothing.
+func TestPostgresBatchRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := testwait.Context(t, time.Minute)
+	var tr pgCounter
+	s, _, _ := newPostgresTestStore(t, idempotency.Options{}, &tr, 1)
+	count := func(f func() error) (int64, int64) {
+		t.Helper()
+		q, pr := tr.queries.Load(), tr.prepares.Load()
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		return tr.queries.Load() - q, tr.prepares.Load() - pr
+	}
+	for round, n := range []int{3, 64, 10, 2} {
+		keys := make([]idempotency.Key, n)
+		for i := range keys {
+			keys[i] = idempotency.Key{Namespace: "rtb", ID: fmt.Sprint(round, "-", i)}
+		}
+		res := make([]idempotency.ClaimResult, n)
+		q, pr := count(func() error { return s.TryClaimBatch(ctx, keys, res) })
+		claims := make([]idempotency.Claim, n)
+		for i, r := range res {
+			claims[i] = r.Claim
+		}
+		errs := make([]error, n)
+		q2, pr2 := count(func() error { return s.ConfirmBatch(ctx, claims[:n/2], errs[:n/2]) })
+		q3, pr3 := count(func() error { return s.ReleaseBatch(ctx, claims[n/2:], errs[n/2:]) })
+		if round == 0 {
+			continue // the warm-up prepares the statements
+		}
+		for name, c := range map[string][2]int64{"TryClaimBatch": {q, pr}, "ConfirmBatch": {q2, pr2}, "ReleaseBatch": {q3, pr3}} {
+			if c != [2]int64{1, 0} {
+				t.Errorf("%d keys: %s sent %d statements and %d prepares, want 1 and 0", n, name, c[0], c[1])
+			}
+		}
+	}
+	if q, _ := count(func() error { return s.TryClaimBatch(ctx, nil, nil) }); q != 0 {
+		t.Errorf("empty TryClaimBatch sent %d statements", q)
+	}
+	res := make([]idempotency.ClaimResult, 2)
+	if q, _ := count(func() error { return s.TryClaimBatch(ctx, []idempotency.Key{{}, {Namespace: "x"}}, res) }); q != 0 {
+		t.Errorf("all-invalid TryClaimBatch sent %d statements", q)
+	}
+	errs := make([]error, 1)
+	if q, _ := count(func() error { return s.ConfirmBatch(ctx, []idempotency.Claim{{Key: idempotency.Key{ID: "x"}}}, errs) }); q != 0 || !errors.Is(errs[0], idempotency.ErrClaimLost) {
+		t.Errorf("ConfirmBatch of a tokenless claim sent %d statements, answered %v", q, errs[0])
+	}
+}
+
+// TestPostgresBatchWholeFailures: a closed store, a cancelled context, an
+// unreachable server and mismatched slices fail the whole batch with an
+// error, not with per-key verdicts.
+func TestPostgresBatchWholeFailures(t *testing.T) {
+	t.Parallel()
+	ctx := testwait.Context(t, time.Minute)
+	keys := []idempotency.Key{{Namespace: "f", ID: "1"}}
+	claims := []idempotency.Claim{{Key: keys[0], Token: "t"}}
+	check := func(name string, s *pgstore.Store, ctx context.Context, want error) {
+		t.Helper()
+		res := make([]idempotency.ClaimResult, 1)
+		errs := make([]error, 1)
+		for op, err := range map[string]error{
+			"TryClaimBatch": s.TryClaimBatch(ctx, keys, res),
+			"ConfirmBatch":  s.ConfirmBatch(ctx, claims, errs),
+			"ReleaseBatch":  s.ReleaseBatch(ctx, claims, errs),
+		} {
+			if err == nil || want != nil && !errors.Is(err, want) {
+				t.Errorf("%s: %s = %v, want %v", name, op, err, want)
+			}
+		}
+	}
+	s, _, _ := newPostgresTestStore(t, idempotency.Options{}, nil, 2)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	check("cancelled", s, cancelled, context.Canceled)
+
+	if err := s.TryClaimBatch(ctx, keys, nil); err == nil {
+		t.Error("TryClaimBatch with no result slots: nil error")
+	}
+	if err := s.ConfirmBatch(ctx, claims, nil); err == nil {
+		t.Error("ConfirmBatch with no error slots: nil error")
+	}
+
+	closed, _, _ := newPostgresTestStore(t, idempotency.Options{}, nil, 2)
+	_ = closed.Close()
+	check("closed", closed, ctx, idempotency.ErrClosed)
+
+	dead, err := pgxpool.New(ctx, "postgres://postgres@"+storetestkit.ClosedAddr(t)+"/test?sslmode=disable&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dead.Close)
+	ds, err := pgstore.New(ctx, dead, "t", idempotency.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("unreachable", ds, ctx, nil)
+}
