@@ -250,6 +250,9 @@ const hardAfter = 5 * time.Second
 // cancel it sent was answered, so the cancel cannot reach a later
 // statement.
 func Guard(ctx context.Context, cancel func(context.Context) error, op func(context.Context) error) error {
+	if ctx.Done() == nil { // never cancelled
+		return op(ctx)
+	}
 	octx, hard := context.WithCancel(context.WithoutCancel(ctx))
 	defer hard()
 	done := make(chan struct{})
