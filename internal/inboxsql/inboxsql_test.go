@@ -1,6 +1,7 @@
 package inboxsql
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -119,5 +120,40 @@ func TestBroken(t *testing.T) {
 		if got := Conflict(c.err); got != c.conflict {
 			t.Errorf("Conflict(%v) = %v; want %v", c.err, got, c.conflict)
 		}
+	}
+}
+
+// TestGuard: when ctx ends while op runs, Guard calls cancel (the
+// server-side cancel) and op's own context stays alive; op ending on its
+// own needs no cancel.
+func TestGuard(t *testing.T) {
+	ctx, end := context.WithCancel(context.Background())
+	cancelled := make(chan struct{})
+	err := Guard(ctx, func(context.Context) error {
+		close(cancelled)
+		return nil
+	}, func(octx context.Context) error {
+		end()
+		select {
+		case <-cancelled: // the "server" cancels the statement
+		case <-time.After(10 * time.Second):
+			return errors.New("no server-side cancel")
+		}
+		if octx.Err() != nil {
+			return errors.New("op's context was cancelled with the caller's")
+		}
+		return errors.New("canceled on the server")
+	})
+	if err == nil || err.Error() != "canceled on the server" {
+		t.Errorf("Guard = %v; want the statement's own error", err)
+	}
+	calls := 0
+	if err := Guard(context.Background(), func(context.Context) error { calls++; return nil }, func(context.Context) error { return nil }); err != nil || calls != 0 {
+		t.Errorf("Guard without an end = %v, %d cancels; want nil, 0", err, calls)
+	}
+	live, stop := context.WithCancel(context.Background())
+	defer stop()
+	if err := Guard(live, func(context.Context) error { calls++; return nil }, func(context.Context) error { return nil }); err != nil || calls != 0 {
+		t.Errorf("Guard of a statement that ends first = %v, %d cancels; want nil, 0", err, calls)
 	}
 }
