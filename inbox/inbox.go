@@ -98,7 +98,11 @@ type Options struct {
 	// package documentation). 0 means one on SQLite (one writer at a
 	// time) and, on PostgreSQL, the concurrency of the consumer the inbox
 	// is given to (Inbox.SizeLanes), or DefaultLanes without one. The
-	// pool must allow at least Lanes connections.
+	// pool must allow at least Lanes connections, on PostgreSQL better one
+	// more: a batch member whose INSERT waits for another transaction past
+	// its context is cancelled through a free connection (without one
+	// within 5 s, its lane's connection is broken and its whole batch
+	// requeued).
 	Lanes int
 	// MaxBatch is the most deliveries one COMMIT covers; 1 commits every
 	// delivery alone (the savepoint-free flow of one transaction per
