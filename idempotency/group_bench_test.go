@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/idempotency/storetest"
 )
 
 // slowStore is a BatchStore over a Memory that takes latency for every
@@ -74,7 +75,7 @@ func BenchmarkGroup(b *testing.B) {
 						s = idempotency.Group(s, idempotency.GroupOptions{Linger: 100 * time.Microsecond})
 					}
 					defer s.Close()
-					benchPairs(b, s, g, 1<<14, func() { m.Purge() })
+					storetest.BenchPairs(b, s, g, 1<<14, func() { m.Purge() })
 				})
 			}
 		}
@@ -84,5 +85,5 @@ func BenchmarkGroup(b *testing.B) {
 // BenchmarkGroupDuplicate: a TryClaim of a confirmed key through Group
 // from one goroutine, the redelivery path's cost when nothing groups.
 func BenchmarkGroupDuplicate(b *testing.B) {
-	benchDuplicate(b, idempotency.Group(idempotency.NewMemory(idempotency.Options{}), idempotency.GroupOptions{}))
+	storetest.BenchDuplicate(b, idempotency.Group(idempotency.NewMemory(idempotency.Options{}), idempotency.GroupOptions{}))
 }
