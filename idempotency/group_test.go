@@ -536,3 +536,31 @@ func TestGroupBatchContext(t *testing.T) {
 		t.Fatalf("batch context deadline = %v; want the call plus one hour", d)
 	}
 }
+
+// TestGroupCloseEndsLinger: Close sends the requests a long Linger holds
+// back at once instead of after the Linger.
+func TestGroupCloseEndsLinger(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	c := newCounting()
+	g := idempotency.Group(c, idempotency.GroupOptions{MaxBatch: 100, Linger: time.Hour})
+	ctx := testwait.Context(t, time.Minute)
+	wait := run(n, func(i int) {
+		if out, _, err := g.TryClaim(ctx, key(i)); err != nil || out != idempotency.Claimed {
+			t.Errorf("TryClaim %d = %v, %v", i, out, err)
+		}
+	})
+	testwait.Until(t, testwait.Long, "three lingering claims", func() bool {
+		q, _ := idempotency.GroupQueued(g)
+		return q[0] == n
+	})
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close() }()
+	if err, _ := testwait.Recv(t, closed, testwait.Long, "Close of a lingering Group"); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, "the lingering claims")
+	if got := c.sizes("TryClaimBatch"); len(got) != 1 || got[0] != n {
+		t.Fatalf("TryClaimBatch calls = %v, want one of %d", got, n)
+	}
+}

@@ -13,3 +13,11 @@ func TestMemoryConformance(t *testing.T) {
 		return idempotency.NewMemory(o)
 	}, storetest.Capabilities{})
 }
+
+// TestMemoryRunBatch runs the batch cases through their own entry point.
+func TestMemoryRunBatch(t *testing.T) {
+	t.Parallel()
+	storetest.RunBatch(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
+		return idempotency.NewMemory(o)
+	}, storetest.Capabilities{})
+}

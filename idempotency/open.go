@@ -23,11 +23,16 @@ var registry = struct {
 // backends in this module, for the error Open returns when none is
 // registered.
 var backendPackages = map[string]string{
-	"sqlite":     "github.com/acemq/msgaudit/idempotency/sqlitestore",
-	"redis":      "github.com/acemq/msgaudit/idempotency/redisstore",
-	"rediss":     "github.com/acemq/msgaudit/idempotency/redisstore",
-	"postgres":   "github.com/acemq/msgaudit/idempotency/pgstore",
-	"postgresql": "github.com/acemq/msgaudit/idempotency/pgstore",
+	"sqlite": "github.com/acemq/msgaudit/idempotency/sqlitestore",
+	"redis":  "github.com/acemq/msgaudit/idempotency/redisstore",
+	"rediss": "github.com/acemq/msgaudit/idempotency/redisstore",
+	// Redis Cluster and Sentinel.
+	"redis+cluster":   "github.com/acemq/msgaudit/idempotency/redisstore",
+	"rediss+cluster":  "github.com/acemq/msgaudit/idempotency/redisstore",
+	"redis+sentinel":  "github.com/acemq/msgaudit/idempotency/redisstore",
+	"rediss+sentinel": "github.com/acemq/msgaudit/idempotency/redisstore",
+	"postgres":        "github.com/acemq/msgaudit/idempotency/pgstore",
+	"postgresql":      "github.com/acemq/msgaudit/idempotency/pgstore",
 }
 
 // Register makes a backend available to Open for URLs with the given
@@ -72,6 +77,8 @@ func Schemes() []string {
 //
 //	sqlite:PATH, sqlite://PATH      idempotency/sqlitestore
 //	redis://…, rediss://…           idempotency/redisstore
+//	redis+cluster://…, redis+sentinel://… (rediss+… for TLS)
+//	                                idempotency/redisstore
 //	postgres://…, postgresql://…    idempotency/pgstore
 //
 // The scheme is matched case-insensitively. A scheme no imported package
@@ -130,5 +137,5 @@ func lookup(scheme, shown string) (Opener, error) {
 	if pkg, ok := backendPackages[scheme]; ok {
 		return nil, fmt.Errorf("%w: no backend for %q; import _ %q", ErrUnsupportedURL, shown, pkg)
 	}
-	return nil, fmt.Errorf("%w: %q (want memory, sqlite:PATH, redis://, rediss://, postgres:// or postgresql://)", ErrUnsupportedURL, shown)
+	return nil, fmt.Errorf("%w: %q (want memory, sqlite:PATH, redis://, rediss://, redis+cluster://, redis+sentinel://, postgres:// or postgresql://)", ErrUnsupportedURL, shown)
 }

@@ -30,6 +30,8 @@ func TestOpenWithoutBackend(t *testing.T) {
 		{"sqlite:/tmp/x.db", "idempotency/sqlitestore"},
 		{"redis://u:s3cretpw@127.0.0.1:1/0", "idempotency/redisstore"},
 		{"REDISS://:s3cretpw@127.0.0.1:1", "idempotency/redisstore"},
+		{"redis+cluster://:s3cretpw@127.0.0.1:1,127.0.0.1:2", "idempotency/redisstore"},
+		{"rediss+sentinel://u:s3cretpw@127.0.0.1:1/mymaster", "idempotency/redisstore"},
 		{"postgres://postgres:s3cretpw@127.0.0.1:1/test", "idempotency/pgstore"},
 		{"postgresql://127.0.0.1:1/test?password=s3cretpw", "idempotency/pgstore"},
 	}

@@ -12,7 +12,7 @@ import (
 
 // TestOpenLogsTLS: opening a store by URL logs the effective PostgreSQL
 // TLS mode once, as a warning unless the server is verified, and warns
-// about rediss://…?skip_verify=true. The servers are not reachable: the
+// about rediss://…?skip_verify=true (and its Cluster and Sentinel forms). The servers are not reachable: the
 // log comes before the first connection.
 func TestOpenLogsTLS(t *testing.T) {
 	t.Setenv("PGSSLMODE", "")
@@ -20,6 +20,8 @@ func TestOpenLogsTLS(t *testing.T) {
 		{"postgres://u:pw@127.0.0.1:1/x?connect_timeout=1", "sslmode=prefer", "WARN"},
 		{"postgres://u:pw@127.0.0.1:1/x?connect_timeout=1&sslmode=verify-full&sslrootcert=system", "sslmode=verify-full", "INFO"},
 		{"rediss://u:pw@127.0.0.1:1/0?skip_verify=true&max_retries=-1", "skip_verify", "WARN"},
+		{"rediss+cluster://u:pw@127.0.0.1:1,127.0.0.1:2?skip_verify=true&max_retries=-1", "skip_verify", "WARN"},
+		{"rediss+sentinel://u:pw@127.0.0.1:1/m?skip_verify=true&max_retries=-1", "skip_verify", "WARN"},
 	} {
 		var buf bytes.Buffer
 		log := slog.New(slog.NewTextHandler(&buf, nil))

@@ -21,7 +21,8 @@
 // (embedded, durable; modernc.org/sqlite, no cgo), redismeta (one Lua
 // script per operation) and pgmeta (PostgreSQL, one statement per
 // operation). Open builds one from a URL, as idempotency.Open does:
-// "memory", "sqlite:PATH", "redis://…", "rediss://…", "postgres://…", once
+// "memory", "sqlite:PATH", "redis://…", "rediss://…", "redis+cluster://…",
+// "redis+sentinel://…", "postgres://…", once
 // the backend's package is imported (import _ ".../metadata/redismeta");
 // the error for a scheme whose package is missing names it. The backends
 // can also wrap a client, pool or *sql.DB the application already has

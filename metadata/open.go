@@ -22,11 +22,16 @@ var registry = struct {
 
 // backendPackages names the package to import for this module's schemes.
 var backendPackages = map[string]string{
-	"sqlite":     "github.com/acemq/msgaudit/metadata/sqlitemeta",
-	"redis":      "github.com/acemq/msgaudit/metadata/redismeta",
-	"rediss":     "github.com/acemq/msgaudit/metadata/redismeta",
-	"postgres":   "github.com/acemq/msgaudit/metadata/pgmeta",
-	"postgresql": "github.com/acemq/msgaudit/metadata/pgmeta",
+	"sqlite": "github.com/acemq/msgaudit/metadata/sqlitemeta",
+	"redis":  "github.com/acemq/msgaudit/metadata/redismeta",
+	"rediss": "github.com/acemq/msgaudit/metadata/redismeta",
+	// Redis Cluster and Sentinel.
+	"redis+cluster":   "github.com/acemq/msgaudit/metadata/redismeta",
+	"rediss+cluster":  "github.com/acemq/msgaudit/metadata/redismeta",
+	"redis+sentinel":  "github.com/acemq/msgaudit/metadata/redismeta",
+	"rediss+sentinel": "github.com/acemq/msgaudit/metadata/redismeta",
+	"postgres":        "github.com/acemq/msgaudit/metadata/pgmeta",
+	"postgresql":      "github.com/acemq/msgaudit/metadata/pgmeta",
 }
 
 // Register makes a backend available to Open for URLs with the given
@@ -68,6 +73,9 @@ func Schemes() []string {
 //	sqlite:PATH[?msgaudit_table=NAME]       metadata/sqlitemeta
 //	redis://[user:pass@]host:port/db[?msgaudit_prefix=P]
 //	                                        metadata/redismeta (rediss:// for TLS)
+//	redis+cluster://host:port[,host:port…][?msgaudit_prefix=P]
+//	redis+sentinel://host:port[,host:port…]/MASTER[/db][?msgaudit_prefix=P]
+//	                                        metadata/redismeta (rediss+… for TLS)
 //	postgres://…[?msgaudit_table=NAME]      metadata/pgmeta (postgresql:// too)
 //
 // The parameter names are those of idempotency.Open. Open checks the

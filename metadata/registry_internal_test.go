@@ -24,6 +24,8 @@ func TestOpenWithoutBackend(t *testing.T) {
 		{"sqlite:/tmp/m.db", "metadata/sqlitemeta"},
 		{"redis://u:s3cretpw@127.0.0.1:1/0", "metadata/redismeta"},
 		{"rediss://:s3cretpw@127.0.0.1:1", "metadata/redismeta"},
+		{"redis+cluster://:s3cretpw@127.0.0.1:1,127.0.0.1:2", "metadata/redismeta"},
+		{"rediss+sentinel://u:s3cretpw@127.0.0.1:1/mymaster", "metadata/redismeta"},
 		{"Postgres://postgres:s3cretpw@127.0.0.1:1/test", "metadata/pgmeta"},
 		{"postgresql://127.0.0.1:1/test?password=s3cretpw", "metadata/pgmeta"},
 	}

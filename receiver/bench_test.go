@@ -3,7 +3,10 @@ package receiver_test
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/idempotency"
@@ -54,5 +57,79 @@ func BenchmarkProcess(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// slowBatchStore is an idempotency.BatchStore over a Memory that takes
+// latency per call, batch or single, one call at a time: a store behind
+// one connection or one writer.
+type slowBatchStore struct {
+	*idempotency.Memory
+	latency time.Duration
+	mu      sync.Mutex
+}
+
+func (s *slowBatchStore) wait() {
+	s.mu.Lock()
+	time.Sleep(s.latency)
+	s.mu.Unlock()
+}
+
+func (s *slowBatchStore) TryClaim(ctx context.Context, k idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
+	s.wait()
+	return s.Memory.TryClaim(ctx, k)
+}
+
+func (s *slowBatchStore) Confirm(ctx context.Context, c idempotency.Claim) error {
+	s.wait()
+	return s.Memory.Confirm(ctx, c)
+}
+
+func (s *slowBatchStore) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res []idempotency.ClaimResult) error {
+	s.wait()
+	return s.Memory.TryClaimBatch(ctx, keys, res)
+}
+
+func (s *slowBatchStore) ConfirmBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
+	s.wait()
+	return s.Memory.ConfirmBatch(ctx, claims, errs)
+}
+
+func (s *slowBatchStore) ReleaseBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
+	s.wait()
+	return s.Memory.ReleaseBatch(ctx, claims, errs)
+}
+
+// BenchmarkProcessSlowStore measures new deliveries through Process from
+// 32 goroutines per GOMAXPROCS (b.RunParallel) on a store taking 200µs per
+// call, one at a time, with the store calls grouped (the default for a
+// BatchStore) or not (StoreBatch 1). It reports deliveries/s.
+func BenchmarkProcessSlowStore(b *testing.B) {
+	for _, batch := range []int{1, 0} {
+		b.Run("StoreBatch="+strconv.Itoa(batch), func(b *testing.B) {
+			s := &slowBatchStore{Memory: idempotency.NewMemory(idempotency.Options{}), latency: 200 * time.Microsecond}
+			defer s.Close()
+			r, err := receiver.New(receiver.Config{Store: s, StoreBatch: batch, Completed: 1 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Uint64
+			b.SetParallelism(32)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				m := &receiver.Message{Destination: queue}
+				for pb.Next() {
+					m.Key = "ID:slow-1-2-0:1:" + strconv.FormatUint(next.Add(1), 10)
+					if res := r.Process(context.Background(), m, okHandler); res.Action != receiver.Ack {
+						b.Fatal(res)
+					}
+				}
+			})
+			b.StopTimer()
+			if sec := b.Elapsed().Seconds(); sec > 0 {
+				b.ReportMetric(float64(b.N)/sec, "deliveries/s")
+			}
+		})
 	}
 }

@@ -148,14 +148,17 @@ const renewTimeout = 10 * time.Second
 // held is one claim from its TryClaim to its Settle: renewed by the
 // selector's renewer, read by Settle. mu orders a renewal against the
 // Settle: Settle waits for a renewal in flight, and no renewal starts
-// after it.
+// after it. cmu guards the handler context's cancellation, so making the
+// handler's context never waits for a renewal's round trip.
 type held struct {
 	mu      sync.Mutex
 	claim   idempotency.Claim
 	every   time.Duration
 	settled bool
-	lost    error                   // the renewal that found the claim lost
-	cancel  context.CancelCauseFunc // the handler context's, once made
+
+	cmu    sync.Mutex
+	lost   error                   // the renewal that found the claim lost
+	cancel context.CancelCauseFunc // the handler context's, once made
 
 	// Guarded by the renewer's mu.
 	due   time.Time
@@ -167,14 +170,26 @@ type held struct {
 // while the delivery waited for a handler).
 func (h *held) handlerContext(ctx context.Context) context.Context {
 	hctx, cancel := context.WithCancelCause(ctx)
-	h.mu.Lock()
+	h.cmu.Lock()
 	h.cancel = cancel
-	lost := h.lost
-	h.mu.Unlock()
-	if lost != nil {
-		cancel(lost)
+	if h.lost != nil {
+		cancel(h.lost)
 	}
+	h.cmu.Unlock()
 	return hctx
+}
+
+// end records err (non-nil: the claim is lost) and cancels the handler
+// context, if made, with it as the cause.
+func (h *held) end(err error) {
+	h.cmu.Lock()
+	if err != nil {
+		h.lost = err
+	}
+	if h.cancel != nil {
+		h.cancel(err)
+	}
+	h.cmu.Unlock()
 }
 
 // renewer renews the held claims of one StoreSelector: a min-heap of
@@ -218,9 +233,7 @@ func (r *renewer) remove(h *held) idempotency.Claim {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.settled = true
-	if h.cancel != nil {
-		h.cancel(nil)
-	}
+	h.end(nil)
 	r.mu.Lock()
 	if h.index >= 0 {
 		heap.Remove((*heldHeap)(&r.heap), h.index)
@@ -292,10 +305,7 @@ func (r *renewer) renew(h *held) {
 		r.metrics.inc(&r.metrics.StoreErrors)
 		if errors.Is(err, idempotency.ErrClaimLost) {
 			r.log.Warn("receiver: claim lost before the delivery settled; cancelling its handler", "err", err)
-			h.lost = err
-			if h.cancel != nil {
-				h.cancel(err)
-			}
+			h.end(err)
 			return
 		}
 		r.log.Warn("receiver: claim renewal failed", "err", err)

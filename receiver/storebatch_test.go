@@ -133,3 +133,50 @@ func TestStoreBatchOff(t *testing.T) {
 		t.Fatalf("with StoreBatch 1: batch calls %v, single TryClaims %d; want none and 1", got, st.singles("TryClaim"))
 	}
 }
+
+// gatedBatchStore holds its TryClaimBatch calls until gate closes.
+type gatedBatchStore struct {
+	*batchCounter
+	entered  chan struct{}
+	gate     chan struct{}
+	released chan struct{}
+}
+
+func (g *gatedBatchStore) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res []idempotency.ClaimResult) error {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.batchCounter.TryClaimBatch(ctx, keys, res)
+}
+
+func (g *gatedBatchStore) ReleaseBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
+	err := g.batchCounter.ReleaseBatch(ctx, claims, errs)
+	g.released <- struct{}{}
+	return err
+}
+
+// TestStoreBatchAbandonedDelivery: a delivery whose context ends while
+// its grouped claim waits is requeued at once, and the claim the batch
+// then takes for it is released: the redelivery can claim the key.
+func TestStoreBatchAbandonedDelivery(t *testing.T) {
+	t.Parallel()
+	st := &gatedBatchStore{batchCounter: newBatchCounter(), entered: make(chan struct{}, 1),
+		gate: make(chan struct{}), released: make(chan struct{}, 1)}
+	r, err := receiver.New(receiver.Config{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan receiver.Result, 1)
+	go func() { done <- r.Process(ctx, msg("ID:gone:1"), okHandler) }()
+	recv(t, st.entered, testWait, "the grouped claim's batch call")
+	cancel()
+	res, _ := recv(t, done, testWait, "Process returning after its context ended")
+	if res.Action != receiver.Requeue || res.Ran || !errors.Is(res.Err, context.Canceled) {
+		t.Fatalf("abandoned delivery: %+v, want a requeue with context.Canceled, handler not run", res)
+	}
+	close(st.gate)
+	recv(t, st.released, testWait, "the release of the claim taken for the abandoned delivery")
+	if res := r.Process(bg, msg("ID:gone:1"), okHandler); res.Action != receiver.Ack || !res.Ran {
+		t.Fatalf("redelivery: %+v, want it claimed, run and acknowledged", res)
+	}
+}

@@ -332,7 +332,7 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 		// starts; each consumer process opens its own.
 		st, err := idempotency.Open(ctx, storeURL, idempotency.Options{})
 		if errors.Is(err, idempotency.ErrUnsupportedURL) {
-			return rep, fmt.Errorf("-store %q: unsupported (want memory, sqlite:PATH, redis://..., rediss://..., postgres://... or postgresql://...)",
+			return rep, fmt.Errorf("-store %q: unsupported (want memory, sqlite:PATH, redis://..., rediss://..., redis+cluster://..., redis+sentinel://..., postgres://... or postgresql://...)",
 				idempotency.RedactURL(storeURL))
 		}
 		if err != nil {

@@ -160,6 +160,22 @@ func (p *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 		sks = append(sks, it.sk)
 		tokens = append(tokens, it.token)
 	}
+	if len(uniq) == 1 {
+		// One distinct key: the single-key statement, which is cheaper to
+		// plan and run than the array form (what a lone message on an idle
+		// consumer sends through a group-commit stage).
+		it := uniq[0]
+		out, expires, err := p.tryClaim(ctx, it.sk, it.token)
+		if err != nil {
+			return err
+		}
+		res[it.i].Outcome = out
+		if out == idempotency.Claimed {
+			res[it.i].Claim = idempotency.Claim{Key: keys[it.i], Token: it.token, Expires: expires}
+		}
+		answerRepeats(res, repeats)
+		return nil
+	}
 	err := p.retryDeadlock(ctx, func() error {
 		rows, err := p.pool.Query(ctx, p.sqlTryClaimBatch, sks, tokens, p.claimUS)
 		if err != nil {
@@ -208,6 +224,15 @@ func (p *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 	if err != nil {
 		return p.opError(ctx, "try-claim batch", err)
 	}
+	answerRepeats(res, repeats)
+	return nil
+}
+
+// answerRepeats answers each later occurrence of a key (repeats[j][0]) as
+// TryClaim would right after its first occurrence (repeats[j][1]):
+// AlreadyConfirmed when that was, InProgress otherwise (the first holds
+// the claim, or someone else does).
+func answerRepeats(res []idempotency.ClaimResult, repeats [][2]int) {
 	for _, r := range repeats {
 		later, first := r[0], r[1]
 		if res[first].Outcome == idempotency.AlreadyConfirmed {
@@ -216,7 +241,6 @@ func (p *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 			res[later].Outcome = idempotency.InProgress
 		}
 	}
-	return nil
 }
 
 // ConfirmBatch confirms every claim in one statement (one round trip, one
@@ -229,6 +253,8 @@ func (p *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 func (p *Store) ConfirmBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
 	return p.settleBatch(ctx, "confirm batch", claims, errs, func(sks, tokens []string) (pgx.Rows, error) {
 		return p.pool.Query(ctx, p.sqlConfirmBatch, sks, tokens, p.retainUS)
+	}, func(sk, token string) (pgconn.CommandTag, error) {
+		return p.pool.Exec(ctx, p.sqlConfirm, sk, token, p.retainUS)
 	})
 }
 
@@ -237,13 +263,15 @@ func (p *Store) ConfirmBatch(ctx context.Context, claims []idempotency.Claim, er
 func (p *Store) ReleaseBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
 	return p.settleBatch(ctx, "release batch", claims, errs, func(sks, tokens []string) (pgx.Rows, error) {
 		return p.pool.Query(ctx, p.sqlReleaseBatch, sks, tokens)
+	}, func(sk, token string) (pgconn.CommandTag, error) {
+		return p.pool.Exec(ctx, p.sqlRelease, sk, token)
 	})
 }
 
 // settleBatch runs query (sqlConfirmBatch or sqlReleaseBatch over the
-// given storage keys and tokens) on the distinct valid claims and fills
-// errs.
-func (p *Store) settleBatch(ctx context.Context, op string, claims []idempotency.Claim, errs []error, query func(sks, tokens []string) (pgx.Rows, error)) error {
+// given storage keys and tokens) on the distinct valid claims, or one (the
+// single-key statement) when there is only one, and fills errs.
+func (p *Store) settleBatch(ctx context.Context, op string, claims []idempotency.Claim, errs []error, query func(sks, tokens []string) (pgx.Rows, error), one func(sk, token string) (pgconn.CommandTag, error)) error {
 	if len(errs) != len(claims) {
 		return fmt.Errorf("idempotency: postgres %s: %d error slots for %d claims", op, len(errs), len(claims))
 	}
@@ -287,6 +315,16 @@ func (p *Store) settleBatch(ctx context.Context, op string, claims []idempotency
 		uniq = append(uniq, it)
 		sks = append(sks, it.sk)
 		tokens = append(tokens, it.token)
+	}
+	if len(uniq) == 1 {
+		tag, err := one(uniq[0].sk, uniq[0].token)
+		if err != nil {
+			return p.opError(ctx, op, err)
+		}
+		if tag.RowsAffected() == 1 {
+			errs[uniq[0].i] = nil
+		}
+		return nil
 	}
 	var done []int // indexes into claims of the pairs the statement settled
 	err := p.retryDeadlock(ctx, func() error {

@@ -420,31 +420,41 @@ func (p *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 		return 0, idempotency.Claim{}, err
 	}
 	token := claimkit.NewToken()
+	out, expires, err := p.tryClaim(ctx, sk, token)
+	if err != nil || out != idempotency.Claimed {
+		return out, idempotency.Claim{}, err
+	}
+	return idempotency.Claimed, idempotency.Claim{Key: key, Token: token, Expires: expires}, nil
+}
+
+// tryClaim runs sqlTryClaim for storage key sk with token: the outcome,
+// and the claim's expiry when Claimed.
+func (p *Store) tryClaim(ctx context.Context, sk, token string) (idempotency.Outcome, time.Time, error) {
 	var (
 		outcome string
 		expires *time.Time
 	)
-	err = p.pool.QueryRow(ctx, p.sqlTryClaim, sk, token, p.claimUS).Scan(&outcome, &expires)
+	err := p.pool.QueryRow(ctx, p.sqlTryClaim, sk, token, p.claimUS).Scan(&outcome, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The upsert found a row committed after this statement's
 		// snapshot: someone else's live claim.
-		return idempotency.InProgress, idempotency.Claim{}, nil
+		return idempotency.InProgress, time.Time{}, nil
 	}
 	if err != nil {
-		return 0, idempotency.Claim{}, p.opError(ctx, "try-claim", err)
+		return 0, time.Time{}, p.opError(ctx, "try-claim", err)
 	}
 	switch outcome {
 	case "claimed":
 		if expires == nil {
-			return 0, idempotency.Claim{}, errors.New("idempotency: postgres try-claim: claimed without expiry")
+			return 0, time.Time{}, errors.New("idempotency: postgres try-claim: claimed without expiry")
 		}
-		return idempotency.Claimed, idempotency.Claim{Key: key, Token: token, Expires: *expires}, nil
+		return idempotency.Claimed, *expires, nil
 	case "confirmed":
-		return idempotency.AlreadyConfirmed, idempotency.Claim{}, nil
+		return idempotency.AlreadyConfirmed, time.Time{}, nil
 	case "in-progress":
-		return idempotency.InProgress, idempotency.Claim{}, nil
+		return idempotency.InProgress, time.Time{}, nil
 	}
-	return 0, idempotency.Claim{}, fmt.Errorf("idempotency: postgres try-claim: unexpected outcome %q", outcome)
+	return 0, time.Time{}, fmt.Errorf("idempotency: postgres try-claim: unexpected outcome %q", outcome)
 }
 
 // Confirm turns the caller's live claim into a confirmation retained for the

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/redisconn"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
 
@@ -158,18 +158,26 @@ func New(client redis.UniversalClient, prefix string, o idempotency.Options) (*S
 	}, nil
 }
 
-// Open connects to the Redis server named by rawURL and pings it once.
-// The URL is what go-redis's ParseURL accepts: redis://[user][:password]@host:port/db
-// (user is an ACL user), rediss:// for TLS with the system roots, unix://, plus
-// go-redis options as query parameters (dial_timeout, pool_size, ...). The
-// query parameter msgaudit_prefix sets the key prefix (default
-// DefaultPrefix).
+// Open connects to the Redis deployment named by rawURL and pings it once.
+// For one server the URL is what go-redis's ParseURL accepts:
+// redis://[user][:password]@host:port/db (user is an ACL user), rediss://
+// for TLS with the system roots, unix://, plus go-redis options as query
+// parameters (dial_timeout, pool_size, ...). Redis Cluster and Sentinel
+// take the forms the package documentation describes:
 //
-// rediss://…?skip_verify=true turns off the verification of the server's
+//	redis+cluster://[user:pass@]host:port[,host:port…][?opts]
+//	redis+sentinel://[user:pass@]host:port[,host:port…]/MASTER[/db][?opts]
+//
+// (rediss+cluster://, rediss+sentinel:// for TLS). The query parameter
+// msgaudit_prefix sets the key prefix (default DefaultPrefix) in
+// every form.
+//
+// rediss://…?skip_verify=true (any TLS form) turns off the verification of the server's
 // certificate; the store then logs a warning to Options.Logger once.
 //
 // A non-nil tlsConfig (for a custom CA or a client certificate) turns TLS on
-// even for redis://; when its ServerName is empty the URL's host is used.
+// even for redis://; when its ServerName is empty the host of the URL's
+// first address is used.
 //
 // The client it creates honours context deadlines (go-redis's
 // ContextTimeoutEnabled), and the store owns it: Close closes it. Errors
@@ -180,7 +188,7 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 		return nil, err
 	}
 	red := idempotency.RedactURL(rawURL)
-	if _, err := redact.ParseURL(rawURL); err != nil {
+	if _, err := redact.ParseURL(redisconn.OneHost(rawURL)); err != nil {
 		return nil, fmt.Errorf("idempotency: redis: %w", err)
 	}
 	clean, prefix, err := splitRedisURL(rawURL)
@@ -190,24 +198,16 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 	if prefix == "" {
 		return nil, fmt.Errorf("%w: redis URL %s: empty %s", idempotency.ErrOptions, red, redisPrefixParam)
 	}
-	opt, err := redis.ParseURL(clean)
+	cfg, err := redisconn.Parse(clean)
 	if err != nil {
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: redis URL %s: %w", red, storeconn.UnwrapURLError(err)), rawURL)
 	}
-	if tlsConfig != nil {
-		c := tlsConfig.Clone()
-		if c.ServerName == "" {
-			if host, _, err := net.SplitHostPort(opt.Addr); err == nil {
-				c.ServerName = host
-			}
-		}
-		opt.TLSConfig = c
-	}
-	logRedisTLS(ctx, o.Logger, opt.TLSConfig, red)
+	cfg.SetTLS(tlsConfig)
+	logRedisTLS(ctx, o.Logger, cfg.TLS(), red)
 	// Honour the deadlines of the contexts passed to the store's methods,
 	// not only the client's fixed read and write timeouts.
-	opt.ContextTimeoutEnabled = true
-	client := redis.NewClient(opt)
+	cfg.EnableContextTimeout()
+	client := cfg.NewClient()
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
 		if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
@@ -224,7 +224,7 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 	return s, nil
 }
 
-// openRedisURL is Open's entry for redis:// and rediss:// URLs.
+// openRedisURL is Open's entry for every Redis scheme.
 func openRedisURL(ctx context.Context, rawURL string, o idempotency.Options) (idempotency.Store, error) {
 	s, err := Open(ctx, rawURL, o, nil)
 	if err != nil {

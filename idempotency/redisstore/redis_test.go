@@ -381,6 +381,12 @@ func TestRedisRedaction(t *testing.T) {
 		{"bad port", "redis://:" + pw + "@127.0.0.1:notaport/0"},
 		{"bad option", "redis://:" + pw + "@" + addr + "/0?bogus_option=1"},
 		{"bad db", "redis://:" + pw + "@" + addr + "/x"},
+		{"cluster closed port", "redis+cluster://:" + pw + "@" + addr + "," + addr + "?max_retries=-1&dial_timeout=1s"},
+		{"cluster bad option", "redis+cluster://:" + pw + "@" + addr + "?bogus_option=1"},
+		{"cluster IPv6 in the list", "redis+cluster://u:" + pw + "@" + addr + ",[::1]:1?max_retries=-1&bogus_option=1"},
+		{"cluster with a database", "rediss+cluster://u:" + pw + "@" + addr + "/3"},
+		{"sentinel without master", "redis+sentinel://:" + pw + "@" + addr},
+		{"sentinel closed port", "redis+sentinel://:" + pw + "@" + addr + "/m?max_retries=-1&sentinel_password=" + pw},
 	}
 	for _, tc := range cases {
 		t.Run("case="+tc.name, func(t *testing.T) {

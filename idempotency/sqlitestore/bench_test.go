@@ -58,3 +58,18 @@ func BenchmarkSQLiteTryClaimDuplicate(b *testing.B) {
 	}
 	storetest.BenchDuplicate(b, s)
 }
+
+// BenchmarkSQLiteGrouped: single-key pairs from 16 or 64 goroutines
+// through idempotency.Group (default options), which turns the calls that
+// meet into TryClaimBatch and ConfirmBatch calls, as the receiver does for
+// a BatchStore.
+func BenchmarkSQLiteGrouped(b *testing.B) {
+	for _, sync := range benchSyncs {
+		for _, g := range []int{16, 64} {
+			b.Run(fmt.Sprintf("sync=%s/goroutines=%d", sync, g), func(b *testing.B) {
+				s := idempotency.Group(openBench(b, sync), idempotency.GroupOptions{})
+				storetest.BenchPairs(b, s, g, 0, nil)
+			})
+		}
+	}
+}

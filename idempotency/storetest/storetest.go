@@ -5,7 +5,11 @@
 // A backend's test calls Run with a function opening a fresh store (on its
 // own file, key prefix or table, cleaned up through t.Cleanup) and the
 // Capabilities saying how the backend keeps time, how to reopen it and
-// how to point it at a dead server.
+// how to point it at a dead server. A store that implements
+// idempotency.BatchStore is also held to the batch contract (the cases
+// named "Batch/..."; RunBatch runs them alone): every per-key answer of a
+// batch call equals what the single-key calls would have answered in
+// slice order, and a failed batch fails as a whole.
 package storetest
 
 import (

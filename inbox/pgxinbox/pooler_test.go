@@ -20,31 +20,45 @@ import (
 	"github.com/acemq/msgaudit/receiver"
 )
 
-// errPoolerHandler is the failure the pooler run's handlers return now
-// and then: the delivery's work rolls back and it is requeued.
+// errPoolerHandler is the failure the exactly-once runs' handlers return
+// now and then: the delivery's work rolls back and it is requeued.
 var errPoolerHandler = errors.New("handler failed on purpose")
 
-// TestPgxInboxThroughPooler: the pgx-native inbox through PgBouncer in
-// transaction pooling mode (MSGAUDIT_PGBOUNCER_URL) with
-// default_query_exec_mode=exec. 300 keys, each delivered twice, from 16
-// goroutines, a tenth of the handler runs failing (rolled back and
-// requeued): every key's effect commits exactly once.
-func TestPgxInboxThroughPooler(t *testing.T) {
-	t.Parallel()
-	raw := testenv.Getenv(t, "MSGAUDIT_PGBOUNCER_URL", "the pooler tests need PgBouncer in transaction mode")
-	ctx := testwait.Context(t, 5*time.Minute)
-	cfg, err := pgxpool.ParseConfig(raw)
+// onceRun is an exactly-once run: an inbox on its own table, an effects
+// table the handler increments, and what the deliveries answered.
+type onceRun struct {
+	pool *pgxpool.Pool
+	fx   string
+	r    *receiver.Receiver
+	h    receiver.Handler
+
+	deliveries, acks, duplicates, requeues, failures atomic.Int64
+
+	mu      sync.Mutex
+	newAcks map[string]int // acknowledgements of committed work, by key
+}
+
+// newOnceRun opens a pool of 16 connections on rawURL (with mode as the
+// default query mode unless zero), an inbox and an effects table of its
+// own (dropped at cleanup) and a receiver whose handler fails a tenth of
+// its runs.
+func newOnceRun(t *testing.T, rawURL string, mode pgx.QueryExecMode) *onceRun {
+	t.Helper()
+	ctx := testwait.Context(t, time.Minute)
+	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	if mode != 0 {
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+	}
 	cfg.MaxConns = 16
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	suffix := strconv.FormatUint(rand.Uint64(), 36)
-	fx, table := "msgaudit_pooler_fx_"+suffix, "msgaudit_pooler_inbox_"+suffix
+	fx, table := "msgaudit_once_fx_"+suffix, "msgaudit_once_inbox_"+suffix
 	if _, err := pool.Exec(ctx, `CREATE TABLE `+fx+` (key text PRIMARY KEY, n integer NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +89,15 @@ func TestPgxInboxThroughPooler(t *testing.T) {
 		}
 		return nil
 	})
+	return &onceRun{pool: pool, fx: fx, r: r, h: h, newAcks: map[string]int{}}
+}
 
-	const nkeys, copies, workers = 300, 2, 16
-	queue := make(chan string, nkeys*copies)
+// deliver delivers keys k0…k(nkeys-1), each copies times, from workers
+// goroutines through receiver.Process in random order, handing every
+// requeued delivery back until each one is acknowledged; onResult, when
+// not nil, sees every result. A dead letter fails the test.
+func (o *onceRun) deliver(t *testing.T, ctx context.Context, nkeys, copies, workers int, onResult func(receiver.Result)) {
+	t.Helper()
 	var all []string
 	for i := range nkeys {
 		for range copies {
@@ -85,14 +105,14 @@ func TestPgxInboxThroughPooler(t *testing.T) {
 		}
 	}
 	rand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	queue := make(chan string, len(all))
 	for _, k := range all {
 		queue <- k
 	}
 	var (
-		remaining                      atomic.Int64
-		acks, dups, requeues, failures atomic.Int64
-		done                           = make(chan struct{})
-		wg                             sync.WaitGroup
+		remaining atomic.Int64
+		done      = make(chan struct{})
+		wg        sync.WaitGroup
 	)
 	remaining.Store(int64(len(all)))
 	for range workers {
@@ -108,19 +128,26 @@ func TestPgxInboxThroughPooler(t *testing.T) {
 				case <-ctx.Done():
 					return
 				}
-				res := r.Process(ctx, &receiver.Message{Key: key, Destination: "/queue/pooler", Consumer: "c1"}, h)
+				o.deliveries.Add(1)
+				res := o.r.Process(ctx, &receiver.Message{Key: key, Destination: "/queue/once", Consumer: "c1"}, o.h)
+				if onResult != nil {
+					onResult(res)
+				}
 				if res.Err != nil && !errors.Is(res.Err, errPoolerHandler) {
-					failures.Add(1)
-					t.Logf("delivery of %s: %v", key, res.Err)
+					o.failures.Add(1)
 				}
 				switch res.Action {
 				case receiver.Ack:
-					acks.Add(1)
+					o.acks.Add(1)
 					if res.Duplicate {
-						dups.Add(1)
+						o.duplicates.Add(1)
+					} else {
+						o.mu.Lock()
+						o.newAcks[key]++
+						o.mu.Unlock()
 					}
 				case receiver.Requeue:
-					requeues.Add(1)
+					o.requeues.Add(1)
 					queue <- key
 					continue
 				default:
@@ -134,9 +161,20 @@ func TestPgxInboxThroughPooler(t *testing.T) {
 	}
 	testwait.Group(t, &wg, 5*time.Minute, "the end of the delivering workers")
 	if n := remaining.Load(); n != 0 {
-		t.Fatalf("%d deliveries never acknowledged", n)
+		t.Fatalf("%d deliveries never acknowledged (%v)", n, ctx.Err())
 	}
-	rows, err := pool.Query(ctx, `SELECT key, n FROM `+fx)
+}
+
+// checkOnce fails t unless every key's effect committed exactly once and
+// at most one delivery of it was acknowledged as new work (a second would
+// mean an earlier acknowledgement covered no commit). It returns how many
+// keys had none: their COMMIT succeeded on the server but its answer was
+// lost, so the delivery was requeued and the redelivery acknowledged as a
+// duplicate.
+func (o *onceRun) checkOnce(t *testing.T, nkeys int) (lostAnswers int) {
+	t.Helper()
+	ctx := testwait.Context(t, time.Minute)
+	rows, err := o.pool.Query(ctx, `SELECT key, n FROM `+o.fx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,15 +193,41 @@ func TestPgxInboxThroughPooler(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range nkeys {
-		if k := "k" + strconv.Itoa(i); got[k] != 1 {
+		k := "k" + strconv.Itoa(i)
+		if got[k] != 1 {
 			t.Errorf("key %s: effect committed %d times, want 1", k, got[k])
+		}
+		switch n := o.newAcks[k]; {
+		case n > 1:
+			t.Errorf("key %s: %d deliveries acknowledged as new work, want at most 1", k, n)
+		case n == 0:
+			lostAnswers++
 		}
 	}
 	if len(got) != nkeys {
 		t.Errorf("%d keys have effects, want %d", len(got), nkeys)
 	}
-	if n := failures.Load(); n != 0 {
+	return lostAnswers
+}
+
+// TestPgxInboxThroughPooler: the pgx-native inbox through PgBouncer in
+// transaction pooling mode (MSGAUDIT_PGBOUNCER_URL) with
+// default_query_exec_mode=exec. 300 keys, each delivered twice, from 16
+// goroutines, a tenth of the handler runs failing (rolled back and
+// requeued): every key's effect commits exactly once, and every key's
+// first acknowledgement is of its committed work.
+func TestPgxInboxThroughPooler(t *testing.T) {
+	t.Parallel()
+	raw := testenv.Getenv(t, "MSGAUDIT_PGBOUNCER_URL", "the pooler tests need PgBouncer in transaction mode")
+	ctx := testwait.Context(t, 5*time.Minute)
+	o := newOnceRun(t, raw, pgx.QueryExecModeExec)
+	const nkeys = 300
+	o.deliver(t, ctx, nkeys, 2, 16, nil)
+	if lost := o.checkOnce(t, nkeys); lost != 0 {
+		t.Errorf("%d keys without an acknowledgement of their work: no commit's answer can be lost here", lost)
+	}
+	if n := o.failures.Load(); n != 0 {
 		t.Errorf("%d deliveries failed with an error other than the handler's", n)
 	}
-	t.Logf("%d acks (%d duplicates), %d requeues", acks.Load(), dups.Load(), requeues.Load())
+	t.Logf("%d deliveries: %d acks (%d duplicates), %d requeues", o.deliveries.Load(), o.acks.Load(), o.duplicates.Load(), o.requeues.Load())
 }

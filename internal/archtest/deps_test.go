@@ -55,6 +55,7 @@ var layers = map[string]float64{
 	// Backends: one driver each, never each other.
 	"internal/metaurl":        4.5,
 	"internal/storeconn":      4.5,
+	"internal/redisconn":      4.5,
 	"internal/pgpooler":       4.5,
 	"internal/storetestkit":   4.5,
 	"idempotency/sqlitestore": 5, "idempotency/redisstore": 5, "idempotency/pgstore": 5,

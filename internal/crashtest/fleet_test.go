@@ -20,7 +20,9 @@ import (
 // durable tier; fleetMessages persistent messages are on the queue when
 // they start; every fleetKillMin to fleetKillMax one of them, chosen at
 // random, is killed with SIGKILL and restarted, until 95% of the keys are
-// applied. Before it, one process alone consumes soloMessages on a queue
+// applied. So that a fast machine sees as many kills as a slow one, a kill
+// also comes whenever the ledger has grown by a (fleetMinKills+1)th of
+// those keys since the last one: at least fleetMinKills kills per run. Before it, one process alone consumes soloMessages on a queue
 // of its own, the reference for the fleet's throughput.
 const (
 	fleetConsumers = 4
@@ -28,6 +30,7 @@ const (
 	soloMessages   = 4000
 	fleetKillMin   = 1500 * time.Millisecond
 	fleetKillMax   = 3 * time.Second
+	fleetMinKills  = 6
 )
 
 // fleetPlan is one fleet configuration.
@@ -108,8 +111,8 @@ func TestFleet(t *testing.T) {
 			checkFleet(t, solo)
 			r := runFleet(t, fleetPlan{Transport: tc.transport, Store: tc.store, StoreURL: storeURL, Consumers: fleetConsumers, Messages: fleetMessages, Kill: true})
 			checkFleet(t, r)
-			if r.Kills < 3 {
-				t.Errorf("only %d kills landed before 95%% of the keys were applied; the fleet run must kill consumers repeatedly", r.Kills)
+			if r.Kills < fleetMinKills {
+				t.Errorf("only %d kills landed before 95%% of the keys were applied, want at least %d", r.Kills, fleetMinKills)
 			}
 			for i, n := range r.ProcessedBy {
 				if n == 0 {
@@ -348,11 +351,15 @@ func fleetBroker(t *testing.T, cfg *Config, id string) (broker, *bool) {
 	return nil, nil
 }
 
-// killLoop kills a random child every fleetKillMin to fleetKillMax (each
-// frozen first, so its gauges tell which windows the kill landed in) and
-// restarts it, until the ledger holds stopAt keys.
+// killLoop kills a random child every fleetKillMin to fleetKillMax, or
+// sooner when the ledger passes the next of fleetMinKills evenly spaced
+// progress points (each child frozen first, so its gauges tell which
+// windows the kill landed in), and restarts it, until the ledger holds
+// stopAt keys.
 func killLoop(ctx context.Context, led *ledger, children []*child, stopAt int, rng *mrand.Rand, res *fleetResult) error {
 	deadline := time.Now().Add(completeDeadline)
+	step := max(stopAt/(fleetMinKills+1), 1)
+	next := step // the progress point that forces the next kill
 	for {
 		wait := fleetKillMin + time.Duration(rng.Int64N(int64(fleetKillMax-fleetKillMin)))
 		for until := time.Now().Add(wait); time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
@@ -363,6 +370,9 @@ func killLoop(ctx context.Context, led *ledger, children []*child, stopAt int, r
 			if keys >= stopAt {
 				return nil
 			}
+			if keys >= next {
+				break
+			}
 			for _, c := range children {
 				if err := c.exited(); err != nil {
 					return fmt.Errorf("child %d (run %d) exited with the ledger at %d keys: %v\n%s", c.idx, c.runs, keys, err, c.tail(20))
@@ -372,6 +382,11 @@ func killLoop(ctx context.Context, led *ledger, children []*child, stopAt int, r
 				return fmt.Errorf("after %v the ledger holds %d keys, short of the %d that end the kills", completeDeadline, keys, stopAt)
 			}
 		}
+		keys, _, err := led.counts(ctx)
+		if err != nil {
+			return err
+		}
+		next = (keys/step + 1) * step
 		v := children[rng.IntN(len(children))]
 		effect, settled, calls, err := v.kill()
 		if err != nil {

@@ -80,6 +80,8 @@ func TestFailover(t *testing.T) {
 	if os.Getenv("MSGAUDIT_CRASH_EXTENDED") != "1" {
 		t.Skip("kills the master of the activemq-pair brokers twice (about a minute per configuration); set MSGAUDIT_CRASH_EXTENDED=1 to run it")
 	}
+	p := pairFromEnv(t)
+	p.lock(t)
 	for _, tc := range []struct {
 		name, tier  string
 		assertTwice bool
@@ -88,7 +90,7 @@ func TestFailover(t *testing.T) {
 		{"redis-store", tierRedis, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := run(t, tc.tier)
+			r := run(t, p, tc.tier)
 			if r.lost > 0 {
 				t.Errorf("lost: %d of %d keys never applied (first: %v)", r.lost, messages, r.firstLost)
 			}
@@ -238,8 +240,7 @@ func (s *syncBuffer) String() string {
 }
 
 // run carries out one configuration and logs its summary.
-func run(t *testing.T, tier string) result {
-	p := pairFromEnv(t)
+func run(t *testing.T, p *pair, tier string) result {
 	pgURL := testenv.Getenv(t, "MSGAUDIT_POSTGRES_URL", "PostgreSQL, for the ledger")
 	var redisURL string
 	if tier == tierRedis {

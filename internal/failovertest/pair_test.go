@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +52,42 @@ func pairFromEnv(t testing.TB) *pair {
 		}
 	}
 	return p
+}
+
+// lockWait bounds the wait for another failover run on the same pair.
+const lockWait = 8 * time.Minute
+
+// lock makes this test the only one killing the pair's brokers until it
+// ends: it takes an exclusive flock on a file beside the first broker's
+// pid file, waiting while another process (a second go test, another
+// checkout's scripts/test) holds it.
+func (p *pair) lock(t testing.TB) {
+	t.Helper()
+	path := filepath.Join(filepath.Dir(p.pidfiles[0]), "failovertest.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatalf("failovertest: %v", err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing releases the lock
+	deadline := time.Now().Add(lockWait)
+	logged := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			t.Fatalf("failovertest: lock %s: %v", path, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("failovertest: another failover run has held %s for %v", path, lockWait)
+		}
+		if !logged {
+			t.Logf("waiting for another failover run on the pair (%s)", path)
+			logged = true
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // dial opens a STOMP connection to broker i; only the master accepts one
