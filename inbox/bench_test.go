@@ -3,8 +3,11 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/receiver"
@@ -55,5 +58,99 @@ func BenchmarkInbox(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkInboxParallel is the inbox's cost per new message with many
+// concurrent receiver.Process callers (16 goroutines on 2 CPUs: 8 per
+// GOMAXPROCS) on one inbox, the handler a no-op: MaxBatch 1 (a
+// transaction per message: BEGIN, INSERT, COMMIT) against the default
+// (batches: a savepoint and an INSERT per message, one COMMIT per batch).
+// Lanes are the defaults: one on SQLite, DefaultLanes on PostgreSQL.
+// msgs/commit is how many messages a COMMIT covered on average.
+func BenchmarkInboxParallel(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		open func(testing.TB) *backend
+	}{
+		{"sqlite", newSQLite},
+		{"postgres", func(t testing.TB) *backend { return newPostgres(t, false) }},
+	} {
+		for _, mb := range []int{1, 0} {
+			name := c.name + "/maxbatch=" + strconv.Itoa(mb)
+			if mb == 0 {
+				name = c.name + "/default"
+			}
+			b.Run(name, func(b *testing.B) {
+				be := c.open(b)
+				ib := be.newInbox(b, inbox.Options{MaxBatch: mb})
+				r := newReceiver(b, ib, nil)
+				h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return nil })
+				prefix := "p-" + randHex(4) + "-"
+				ctx := context.Background()
+				var n atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(8)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						i := n.Add(1)
+						if res := r.Process(ctx, msg(prefix+strconv.FormatInt(i, 10)), h); res.Action != receiver.Ack {
+							b.Errorf("delivery %d: %v %s %v", i, res.Action, res.Reason, res.Err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				commits, members := ib.Batches()
+				if commits > 0 {
+					b.ReportMetric(float64(members)/float64(commits), "msgs/commit")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkInboxBatchOptions is the per-message cost with 64 concurrent
+// Process callers (32 per GOMAXPROCS) for a range of MaxBatch and Linger
+// values: the measurement behind DefaultMaxBatch and DefaultLinger.
+func BenchmarkInboxBatchOptions(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		open func(testing.TB) *backend
+	}{
+		{"sqlite", newSQLite},
+		{"postgres", func(t testing.TB) *backend { return newPostgres(t, false) }},
+	} {
+		for _, o := range []struct {
+			maxBatch int
+			linger   time.Duration
+		}{{8, 5 * time.Millisecond}, {32, time.Millisecond}, {32, 5 * time.Millisecond}, {32, 20 * time.Millisecond}, {128, 5 * time.Millisecond}} {
+			b.Run(fmt.Sprintf("%s/maxbatch=%d/linger=%v", c.name, o.maxBatch, o.linger), func(b *testing.B) {
+				be := c.open(b)
+				ib := be.newInbox(b, inbox.Options{MaxBatch: o.maxBatch, Linger: o.linger})
+				r := newReceiver(b, ib, nil)
+				h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return nil })
+				prefix := "o-" + randHex(4) + "-"
+				ctx := context.Background()
+				var n atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(32)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						i := n.Add(1)
+						if res := r.Process(ctx, msg(prefix+strconv.FormatInt(i, 10)), h); res.Action != receiver.Ack {
+							b.Errorf("delivery %d: %v %s %v", i, res.Action, res.Reason, res.Err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				if commits, members := ib.Batches(); commits > 0 {
+					b.ReportMetric(float64(members)/float64(commits), "msgs/commit")
+				}
+			})
+		}
 	}
 }

@@ -27,20 +27,67 @@
 // # The flow of one delivery
 //
 // The receiver's memory tier runs first: an in-process redelivery never
-// touches the database. Then Select begins a transaction
-// (Options.Isolation) and inserts (namespace, key) with ON CONFLICT DO
-// NOTHING. A row already there is a confirmed duplicate: the transaction is
-// rolled back and the delivery rejected with reason "inbox" (the duplicate
-// policy acknowledges it; the handler does not run). Otherwise the handler
-// runs with the open transaction. When it returns nil the inbox commits,
-// and only then does the transport acknowledge. When it fails or panics
-// the inbox rolls back (effect and key together) and the delivery goes the
-// receiver's retry and dead-letter path. A failed COMMIT, including one
-// whose outcome is unknown because the connection broke during it, is a
-// requeue, never an acknowledgement: the redelivery finds the key or does
-// not, and is right either way. A handler that commits or rolls back the
-// transaction itself makes the settlement fail with ErrTxEnded (a requeue,
-// never an acknowledgement).
+// touches the database. Then Select takes a lane (see Batches), opens the
+// delivery's savepoint in the lane's transaction (Options.Isolation), or
+// begins it, and inserts (namespace, key) with ON CONFLICT DO NOTHING. A
+// row already there is a confirmed duplicate: the delivery's savepoint is
+// rolled back and the delivery rejected with reason "inbox" (the
+// duplicate policy acknowledges it; the handler does not run). Otherwise
+// the handler runs with the open transaction. When it returns nil its work
+// stays in the transaction, and the delivery's settlement returns once the
+// COMMIT covering it succeeded: only then does the transport acknowledge.
+// When it fails or panics the inbox rolls back to the delivery's savepoint
+// (effect and key together; the other deliveries of the batch keep
+// theirs) and the delivery goes the receiver's retry and dead-letter path.
+// A failed COMMIT, including one whose outcome is unknown because the
+// connection broke during it, is a requeue of every delivery it covered,
+// never an acknowledgement: each redelivery finds its key or does not, and
+// is right either way. A handler that commits or rolls back the
+// transaction itself makes its settlement fail with ErrTxEnded, and the
+// other deliveries of its batch with ErrBatchAborted (requeues, never
+// acknowledgements).
+//
+// # Batches
+//
+// A lane is one open transaction. Deliveries take a free lane one at a
+// time (a delivery waiting for a lane holds no connection) and run their
+// Select, handler and settlement in it, each under its own savepoint (the
+// first of a batch needs none: the transaction's start is its boundary, so
+// a lone delivery costs BEGIN, INSERT, COMMIT as without batching). When a
+// delivery has settled, the lane goes to the next delivery waiting for it,
+// with the transaction still open, unless the batch holds
+// Options.MaxBatch deliveries or is Options.Linger old; the lane commits
+// then, and whenever no delivery is waiting, so a lone delivery on an idle
+// inbox commits at once. One COMMIT, one disk flush, covers the batch.
+//
+// What batching changes, and what it does not:
+//
+//   - A delivery is acknowledged only after the COMMIT covering it, as
+//     before; a failed or unknown COMMIT requeues every delivery it covered.
+//   - A failing, panicking or duplicate delivery undoes only its own work
+//     (ROLLBACK TO SAVEPOINT); the others of its batch commit once.
+//   - Errors of the INSERT (a serialization failure, a deadlock, a wait on
+//     the unique index bounded by the delivery's context) roll back to the
+//     savepoint and requeue that delivery alone. A later member's wait is
+//     ended on the server (pg_cancel_backend through another pool
+//     connection, allowed for the role's own sessions), not by breaking
+//     the lane's connection, which would lose the whole batch. A deadlock between two
+//     lanes, each holding a key the other's next delivery inserts, is
+//     broken by PostgreSQL's deadlock detector: one delivery is requeued,
+//     its lane commits, and the other finds the key.
+//   - A handler that ends the transaction itself, returns nil after a
+//     statement failed (PostgreSQL then refuses everything but a
+//     rollback), or a lost connection loses the whole batch: every
+//     delivery of it is requeued, none acknowledged. A handler must return
+//     its statements' errors.
+//   - The work of a batch's deliveries holds its locks until the batch
+//     commits, which is later than a delivery alone would commit.
+//   - A delivery of a key whose first delivery is in the same open batch is
+//     requeued (reason "in-flight"); the receiver's memory tier normally
+//     holds it back before it gets there.
+//
+// MaxBatch 1 commits every delivery alone: one transaction per delivery,
+// no savepoints.
 //
 // # Guarantees
 //
@@ -51,6 +98,8 @@
 //   - SIGKILL between the commit and the transport's acknowledgement: the
 //     redelivery finds the key and is acknowledged as a duplicate without
 //     running the handler.
+//   - SIGKILL in the middle of a batch: the database rolls back every
+//     delivery of it; after its COMMIT: every redelivery is a duplicate.
 //   - Competing deliveries of one key (two consumers, two machines): the
 //     second INSERT waits in the database for the first transaction (its
 //     unique index on PostgreSQL, the write lock on SQLite) and then finds
@@ -72,13 +121,18 @@
 // acknowledged, and its retry finds the key. SQLite transactions are
 // serializable; only the default and sql.LevelSerializable are accepted.
 //
-// # Connections
+// # Connections and lanes
 //
-// A delivery holds one pool connection from Select until its settlement,
-// the whole time the handler runs. Size the pool (sql.DB.SetMaxOpenConns)
-// to at least the consumer's concurrency, plus what the handler itself
-// opens outside the transaction; the STOMP and RabbitMQ consumers refuse
-// a smaller pool at New (see Inbox.MaxOpenConns).
+// Every lane holds one pool connection while its transaction is open.
+// Options.Lanes sets how many there are: one on SQLite by default (one
+// writer at a time), and on PostgreSQL the concurrency of the STOMP or
+// RabbitMQ consumer the inbox is given to (Inbox.SizeLanes; DefaultLanes
+// without one). Handlers of one lane run one after the other, so the lanes
+// bound how many handlers run at once. Size the pool
+// (sql.DB.SetMaxOpenConns) to at least Lanes, plus what the handler
+// itself opens outside the transaction; the consumers refuse a smaller
+// pool, and more lanes than handlers (a delivery holding a lane must
+// always find a handler), at New (see Inbox.MaxOpenConns).
 //
 // # SQLite
 //
@@ -92,17 +146,23 @@
 // New refuses a connection without a busy timeout, and, when the pool
 // allows two connections, one whose transactions begin DEFERRED. Use a
 // file, not ":memory:" (each connection of a pool would get its own
-// database). SQLite admits one writer at a time: deliveries of a process
-// and of other processes sharing the file run their transactions one after
-// the other, each holding the write lock while its handler runs. A delivery
-// waits for the lock up to the busy timeout and is then requeued (never
-// acknowledged), so make the busy timeout longer than the slowest handler.
+// database). SQLite admits one writer at a time: batches of a process and
+// of other processes sharing the file run their transactions one after
+// the other, each holding the write lock while its handlers run. A lane
+// waits for the lock up to the busy timeout and its delivery is then
+// requeued (never acknowledged), so make the busy timeout longer than the
+// slowest batch (MaxBatch handlers, or Linger plus one handler).
 //
 // # Metrics
 //
 // Options.Metrics counts every database call in the receiver.Metrics store
 // counters (StoreCalls, StoreNanos, StoreBuckets) and failed calls in
-// StoreErrors: a new key costs three (BEGIN, INSERT, COMMIT), a recorded
-// one three (BEGIN, INSERT, ROLLBACK). Duplicates the inbox rejects are
+// StoreErrors: a new key alone costs three (BEGIN, INSERT, COMMIT), a
+// recorded one three (BEGIN, INSERT, ROLLBACK); a later member of a batch
+// costs SAVEPOINT and INSERT (one call on pgx, which sends them together),
+// plus ROLLBACK TO and RELEASE when it fails, and the batch one BEGIN and
+// one COMMIT (on PostgreSQL through database/sql, and one query of the
+// server process's id when the batch gets a second member). Inbox.Batches counts the COMMITs and the deliveries they
+// covered. Duplicates the inbox rejects are
 // counted by the receiver under the reason "inbox" (DuplicatesOther).
 package inbox

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/inboxlane"
 	"github.com/acemq/msgaudit/internal/inboxsql"
 	"github.com/acemq/msgaudit/receiver"
 )
@@ -49,6 +50,16 @@ const (
 	// DefaultPurgeBatch is how many rows one Purge statement deletes at
 	// most when Options.PurgeBatch is 0.
 	DefaultPurgeBatch = inboxsql.DefaultPurgeBatch
+	// DefaultMaxBatch is the most deliveries one COMMIT covers when
+	// Options.MaxBatch is 0.
+	DefaultMaxBatch = inboxsql.DefaultMaxBatch
+	// DefaultLinger is how long a batch takes new members at most when
+	// Options.Linger is 0.
+	DefaultLinger = inboxsql.DefaultLinger
+	// DefaultLanes is the number of lanes on PostgreSQL when Options.Lanes
+	// is 0 and no consumer sized them (see Inbox.SizeLanes). On SQLite the
+	// default is one lane.
+	DefaultLanes = inboxsql.DefaultLanes
 )
 
 // Options configure an Inbox. Dialect is required; every other zero value
@@ -82,6 +93,27 @@ type Options struct {
 	// PurgeBatch bounds the rows one Purge statement deletes; 0 means
 	// DefaultPurgeBatch.
 	PurgeBatch int
+	// Lanes is the number of lanes: transactions open at once, each
+	// running its deliveries' handlers one after the other (see the
+	// package documentation). 0 means one on SQLite (one writer at a
+	// time) and, on PostgreSQL, the concurrency of the consumer the inbox
+	// is given to (Inbox.SizeLanes), or DefaultLanes without one. The
+	// pool must allow at least Lanes connections, on PostgreSQL better one
+	// more: a batch member whose INSERT waits for another transaction past
+	// its context is cancelled through a free connection (without one
+	// within 5 s, its lane's connection is broken and its whole batch
+	// requeued).
+	Lanes int
+	// MaxBatch is the most deliveries one COMMIT covers; 1 commits every
+	// delivery alone (the savepoint-free flow of one transaction per
+	// delivery). 0 means DefaultMaxBatch.
+	MaxBatch int
+	// Linger is how long after its first delivery a batch takes new
+	// members while deliveries keep waiting for the lane; it then commits
+	// at the next member boundary. A batch commits at once when no
+	// delivery waits, so a lone delivery never lingers. 0 means
+	// DefaultLinger.
+	Linger time.Duration
 	// Metrics receives the database calls' latency and errors in its
 	// store counters (StoreCalls, StoreNanos, StoreBuckets, StoreErrors);
 	// nil counts nothing. Duplicates the inbox rejects are counted by the
@@ -105,11 +137,19 @@ var (
 	// never acknowledged: the inbox commits (when the handler returns nil)
 	// or rolls back (when it returns an error), the handler must do
 	// neither.
-	ErrTxEnded = errors.New("inbox: the handler committed or rolled back the inbox transaction itself; return nil to commit or an error to roll back instead")
+	// Batched deliveries share one transaction, so the others of its
+	// batch fail with ErrBatchAborted.
+	ErrTxEnded = inboxlane.ErrTxEnded
 	// ErrCommit wraps a failed COMMIT. Its outcome may be unknown (the
 	// connection was lost during it); the delivery is requeued, and its
 	// redelivery finds the key recorded or not and is right either way.
-	ErrCommit = errors.New("inbox: commit failed, outcome unknown; the delivery is requeued")
+	// Every delivery of the batch the COMMIT covered gets it.
+	ErrCommit = inboxlane.ErrCommit
+	// ErrBatchAborted is the settlement error of a delivery whose batch's
+	// transaction another delivery's handler ended (ErrTxEnded) or left
+	// unusable, or whose lane lost its connection: its work is not
+	// committed, and it is requeued, never acknowledged.
+	ErrBatchAborted = inboxlane.ErrAborted
 )
 
 // Inbox is the transactional inbox: a receiver.Selector that records each
@@ -123,6 +163,8 @@ type Inbox struct {
 	count     inboxsql.Counter
 	log       *slog.Logger
 	txOpts    *sql.TxOptions
+	lanes     *inboxlane.Pool
+	sized     bool // Options.Lanes was set, or the dialect fixes it
 }
 
 var _ receiver.Selector = (*Inbox)(nil)
@@ -162,6 +204,13 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 	if o.Retention, o.MaxKeyLength, o.PurgeBatch, err = inboxsql.Limits(o.Retention, o.MaxKeyLength, o.PurgeBatch); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
+	sized := o.Lanes != 0 || o.Dialect == SQLite
+	if o.Lanes == 0 && o.Dialect == SQLite {
+		o.Lanes = 1
+	}
+	if o.Lanes, o.MaxBatch, o.Linger, err = inboxsql.BatchLimits(o.Lanes, o.MaxBatch, o.Linger); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
 	st, err := inboxsql.Build(o.Table, o.Dialect == PostgreSQL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -174,7 +223,14 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ib := &Inbox{db: db, o: o, sql: st, namespace: inboxsql.Namespacer(o.Namespace),
-		count: inboxsql.NewCounter(o.Metrics), log: log}
+		count: inboxsql.NewCounter(o.Metrics), log: log, sized: sized}
+	ib.lanes = inboxlane.New(inboxlane.Config{
+		Lanes: o.Lanes, MaxBatch: o.MaxBatch, Linger: o.Linger, Begin: ib.begin,
+		WithTx:   func(c context.Context, v any) context.Context { return context.WithValue(c, txKey{}, v) },
+		Ended:    func(err error) bool { return errors.Is(err, sql.ErrTxDone) },
+		Broken:   inboxsql.Broken,
+		Describe: inboxsql.Describe,
+	})
 	if o.Isolation != sql.LevelDefault {
 		ib.txOpts = &sql.TxOptions{Isolation: o.Isolation}
 	}
@@ -259,10 +315,34 @@ func (ib *Inbox) Retention() time.Duration { return ib.o.Retention }
 func (ib *Inbox) Namespace(m *receiver.Message) string { return ib.namespace(m) }
 
 // MaxOpenConns returns the pool's connection limit (0 = unlimited). Every
-// delivery holds one connection from its Select until its settlement, the
-// whole time the handler runs, so a consumer must not run more deliveries
-// at once than this: consumers check it at New.
+// lane holds one connection while its transaction is open, so the pool
+// must allow at least Lanes connections: consumers check it at New.
 func (ib *Inbox) MaxOpenConns() int { return ib.db.Stats().MaxOpenConnections }
+
+// Lanes returns the number of lanes.
+func (ib *Inbox) Lanes() int { return ib.lanes.Lanes() }
+
+// MaxBatch returns the effective Options.MaxBatch.
+func (ib *Inbox) MaxBatch() int { return ib.o.MaxBatch }
+
+// Linger returns the effective Options.Linger.
+func (ib *Inbox) Linger() time.Duration { return ib.o.Linger }
+
+// SizeLanes is called by the STOMP and RabbitMQ consumers at New with the
+// number of handlers they run at once: when Options.Lanes was 0 on
+// PostgreSQL it sets the number of lanes to handlers. It returns the
+// number of lanes in effect, which the consumers check against their
+// handlers and the pool's connections. Call it before the first delivery.
+func (ib *Inbox) SizeLanes(handlers int) int {
+	if !ib.sized && handlers > 0 {
+		ib.lanes.SetLanes(handlers)
+	}
+	return ib.lanes.Lanes()
+}
+
+// Batches returns how many COMMITs the inbox's lanes ran (successful or
+// not) and how many deliveries they covered.
+func (ib *Inbox) Batches() (commits, deliveries uint64) { return ib.lanes.Stats() }
 
 // txKey is the context key of a delivery's transaction.
 type txKey struct{}
@@ -274,24 +354,29 @@ func Tx(ctx context.Context) (*sql.Tx, bool) {
 	return tx, ok
 }
 
-// Select begins the delivery's transaction and inserts its key:
+// Select takes a lane (see the package documentation), opens the
+// delivery's savepoint in the lane's transaction (or begins it) and
+// inserts the key:
 //
-//   - the key is new: Accept. The handler runs with the transaction (see
-//     Handler); Settle(Completed) commits it, Settle(Failed or Abandoned)
-//     rolls it back.
+//   - the key is new: Accept. The handler runs in the lane's transaction
+//     (see Handler); Settle(Completed) returns once the COMMIT covering
+//     the delivery succeeded, Settle(Failed or Abandoned) rolls back to the
+//     delivery's savepoint.
 //   - the key is recorded already (committed by an earlier delivery, here
-//     or in another process): the transaction is rolled back and the
-//     delivery is rejected with reason "inbox", a confirmed duplicate.
+//     or in another process): the delivery's savepoint is rolled back and
+//     the delivery is rejected with reason "inbox", a confirmed duplicate.
 //   - an error (the database is unreachable, a serialization failure or
-//     deadlock, ctx ended): the transaction is rolled back and the error
-//     returned, so the receiver requeues.
+//     deadlock, ctx ended): the delivery's savepoint is rolled back and the
+//     error returned, so the receiver requeues.
 //
 // A concurrent delivery of the same key in another transaction makes the
 // INSERT wait, in the database, for that transaction to end (bounded by
-// ctx): it then finds the key (a duplicate) or not (new work). When a
-// selector after the inbox rejects the delivery as finished work, the
-// receiver settles the inbox Completed and the key is committed without
-// the handler having run.
+// ctx): it then finds the key (a duplicate) or not (new work). A delivery
+// of a key whose first delivery is in the same open batch is deferred
+// (requeued, reason "in-flight"). When a selector after the inbox rejects
+// the delivery as finished work, the receiver settles the inbox Completed
+// and the key is committed without the handler having run. ctx bounds the
+// wait for a lane, the BEGIN and the INSERT.
 func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Decision, error) {
 	key := m.IdempotencyKey()
 	if key == "" {
@@ -299,84 +384,137 @@ func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Deci
 	}
 	ns := inboxsql.StorageKey(ib.namespace(m), ib.o.MaxKeyLength)
 	key = inboxsql.StorageKey(key, ib.o.MaxKeyLength)
-	// The transaction lives until its settlement, not until ctx ends:
-	// database/sql rolls a transaction back when its context ends, which
-	// would make an ended delivery context indistinguishable from a handler
-	// that ended the transaction itself. ctx bounds only the BEGIN and the
-	// INSERT (the wait for a pool connection and for a competing
-	// transaction).
+	return ib.lanes.Select(ctx, ns, key)
+}
+
+// begin begins a lane's transaction. The transaction lives until its
+// COMMIT or ROLLBACK, not until ctx ends: database/sql rolls a
+// transaction back when its context ends, which would make an ended
+// delivery context indistinguishable from a handler that ended the
+// transaction itself. ctx bounds only the BEGIN (the wait for a pool
+// connection and, on SQLite, for the write lock).
+func (ib *Inbox) begin(ctx context.Context) (inboxlane.Tx, error) {
 	txctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
-	fail := func(op string, err error) (receiver.Decision, error) {
-		stop()
-		cancel()
-		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-			return receiver.Decision{}, fmt.Errorf("inbox: %s: %w (%v)", op, cerr, err)
-		}
-		return receiver.Decision{}, inboxsql.Describe(op, err)
-	}
 	t0 := time.Now()
 	tx, err := ib.db.BeginTx(txctx, ib.txOpts)
 	ib.count.Observe(time.Since(t0), err)
-	if err != nil {
-		return fail("begin", err)
+	if !stop() { // ctx ended: the transaction is being rolled back
+		if err == nil {
+			_ = tx.Rollback()
+			err = ctx.Err()
+		}
+		cancel()
+		return nil, err
 	}
-	t0 = time.Now()
-	res, err := tx.ExecContext(txctx, ib.sql.Insert, ib.sql.InsertArgs(ns, key, t0)...)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &sqlTx{ib: ib, tx: tx, cancel: cancel}, nil
+}
+
+// sqlTx is a lane's transaction on database/sql.
+type sqlTx struct {
+	ib     *Inbox
+	tx     *sql.Tx
+	cancel context.CancelFunc
+	pid    int64 // PostgreSQL's server process, once known
+}
+
+// savepoint names every member's savepoint; members nest, so ROLLBACK TO
+// reaches the innermost one, the delivery's own.
+const savepoint = inboxsql.Savepoint
+
+func (t *sqlTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, error) {
+	if sp {
+		// A later member's statements must not be cancelled through ctx:
+		// a driver gives up a cancelled statement by breaking its
+		// connection (pgx) or rolling back the whole transaction (SQLite),
+		// which would lose the batch's other members. On SQLite the INSERT
+		// never waits (the transaction holds the write lock); on
+		// PostgreSQL it may wait on the unique index for another
+		// transaction, so ctx ending cancels it on the server instead.
+		ctx0 := ctx
+		ctx = context.WithoutCancel(ctx)
+		t0 := time.Now()
+		_, err := t.tx.ExecContext(ctx, `SAVEPOINT `+savepoint)
+		t.ib.count.Observe(time.Since(t0), err)
+		if err != nil {
+			return false, err
+		}
+		if t.pid == 0 && t.ib.sql.PID != "" { // once a batch
+			t0 := time.Now()
+			err := t.tx.QueryRowContext(ctx, t.ib.sql.PID).Scan(&t.pid)
+			t.ib.count.Observe(time.Since(t0), err)
+			if err != nil {
+				return false, err
+			}
+		}
+		if t.pid != 0 {
+			var inserted bool
+			err := inboxsql.Guard(ctx0, func(c context.Context) error {
+				_, err := t.ib.db.ExecContext(c, inboxsql.CancelBackend, t.pid)
+				return err
+			}, func(c context.Context) error {
+				var err error
+				inserted, err = t.insert(c, ns, key)
+				return err
+			})
+			return inserted, err
+		}
+	}
+	return t.insert(ctx, ns, key)
+}
+
+// insert runs the INSERT.
+func (t *sqlTx) insert(ctx context.Context, ns, key string) (bool, error) {
+	t0 := time.Now()
+	res, err := t.tx.ExecContext(ctx, t.ib.sql.Insert, t.ib.sql.InsertArgs(ns, key, t0)...)
 	var n int64
 	if err == nil {
 		n, err = res.RowsAffected()
 	}
-	ib.count.Observe(time.Since(t0), err)
-	if err != nil {
-		_ = tx.Rollback()
-		return fail("recording the key", err)
-	}
-	if !stop() { // ctx ended after the INSERT: the transaction is being rolled back
-		_ = tx.Rollback()
-		cancel()
-		return receiver.Decision{}, fmt.Errorf("inbox: recording the key: %w", ctx.Err())
-	}
-	if n == 0 {
-		t0 = time.Now()
-		err := tx.Rollback()
-		ib.count.Observe(time.Since(t0), err)
-		cancel()
-		return receiver.Decision{Verdict: receiver.Reject, Reason: "inbox", Detail: "recorded"}, nil
-	}
-	return receiver.Decision{
-		Verdict: receiver.Accept, Reason: "new", Detail: "new",
-		Context: func(c context.Context) context.Context { return context.WithValue(c, txKey{}, tx) },
-		Settle: func(sctx context.Context, s receiver.Settlement) error {
-			// The settlement's deadline (the receiver's SettleTimeout) ends
-			// the transaction's context, which makes the driver give up a
-			// COMMIT or ROLLBACK that hangs (a lock wait, a dead peer).
-			defer context.AfterFunc(sctx, cancel)()
-			defer cancel()
-			t0 := time.Now()
-			if s == receiver.Completed {
-				err := tx.Commit()
-				ib.count.Observe(time.Since(t0), err)
-				switch {
-				case err == nil:
-					return nil
-				case errors.Is(err, sql.ErrTxDone):
-					return ErrTxEnded
-				}
-				return fmt.Errorf("%w: %w", ErrCommit, err)
-			}
-			err := tx.Rollback()
-			if errors.Is(err, sql.ErrTxDone) { // after a failed commit, or ended by the handler
-				return nil
-			}
-			ib.count.Observe(time.Since(t0), err)
-			if err != nil {
-				return fmt.Errorf("inbox: rollback: %w", err)
-			}
-			return nil
-		},
-	}, nil
+	t.ib.count.Observe(time.Since(t0), err)
+	return n > 0, err
 }
+
+func (t *sqlTx) RollbackTo(ctx context.Context) error {
+	for _, q := range [...]string{`ROLLBACK TO SAVEPOINT ` + savepoint, `RELEASE SAVEPOINT ` + savepoint} {
+		t0 := time.Now()
+		_, err := t.tx.ExecContext(ctx, q)
+		t.ib.count.Observe(time.Since(t0), err)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *sqlTx) Commit(ctx context.Context) error {
+	// The settlement's deadline (the receiver's SettleTimeout) ends the
+	// transaction's context, which makes the driver give up a COMMIT that
+	// hangs (a lock wait, a dead peer).
+	defer context.AfterFunc(ctx, t.cancel)()
+	defer t.cancel()
+	t0 := time.Now()
+	err := t.tx.Commit()
+	t.ib.count.Observe(time.Since(t0), err)
+	return err
+}
+
+func (t *sqlTx) Rollback(ctx context.Context) error {
+	defer context.AfterFunc(ctx, t.cancel)()
+	defer t.cancel()
+	t0 := time.Now()
+	err := t.tx.Rollback()
+	if !errors.Is(err, sql.ErrTxDone) {
+		t.ib.count.Observe(time.Since(t0), err)
+	}
+	return err
+}
+
+func (t *sqlTx) Value() any { return t.tx }
 
 // Handler returns a receiver.Handler that runs h with the delivery's open
 // inbox transaction: h applies the message's effect through tx and returns

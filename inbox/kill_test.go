@@ -36,7 +36,12 @@ const (
 	killAfterEffect = "after-effect" // inbox: effect written in the tx, not committed
 	killBeforeAck   = "before-ack"   // inbox: committed, the transport's ack not sent
 	killStoreEffect = "store-effect" // external store: effect committed, claim not confirmed
+	killBatchEffect = "batch-effect" // inbox: a batch's effects written in its tx, not committed
+	killBatchAcked  = "batch-acked"  // inbox: a batch committed, the transport's acks not sent
 )
+
+// batchKeys is how many deliveries the batch modes run in one batch.
+const batchKeys = 6
 
 // TestSIGKILL kills a consumer process with SIGKILL at the two points that
 // matter and redelivers the message to a fresh process:
@@ -113,6 +118,117 @@ func TestSIGKILL(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestSIGKILLBatch kills a consumer process with SIGKILL in the middle of a
+// batch of deliveries sharing one lane's transaction, and redelivers every
+// message to a fresh process:
+//
+//   - killed while the batch's last member runs its handler, the effects of
+//     the members before it written but not committed: the database rolls
+//     them all back; each redelivery applies its message once.
+//   - killed after the batch's COMMIT, before any acknowledgement: every
+//     redelivery is recognised from its row; no handler runs.
+//
+// Lost 0 (every effect committed), twice 0 (none committed twice).
+func TestSIGKILLBatch(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, newBackend func(t testing.TB) *backend) {
+		b := newBackend(t)
+		ib := b.newInbox(t, inbox.Options{})
+		dsn := os.Getenv("MSGAUDIT_POSTGRES_URL")
+		if b.dialect == inbox.SQLite {
+			dsn = b.dsn
+		}
+		for _, c := range []struct {
+			mode     string
+			recorded bool // the keys are committed when the process dies
+			ran      bool // the redeliveries run the handler
+		}{
+			{killBatchEffect, false, true},
+			{killBatchAcked, true, false},
+		} {
+			t.Run(c.mode, func(t *testing.T) {
+				keys := make([]string, batchKeys)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("kb%d-%s", i, randHex(6))
+				}
+				runChildAndKill(t, c.mode, map[string]string{envDialect: b.dialect.String(), envDSN: dsn,
+					envTable: b.table, envFX: b.fx, envKey: strings.Join(keys, ",")})
+				lost, twice := 0, 0
+				for _, key := range keys {
+					if got := contains(t, ib, key); got != c.recorded {
+						t.Errorf("%s recorded %v when the process died; want %v", key, got, c.recorded)
+					}
+					ran := false
+					res := process(t, newReceiver(t, ib, nil), msg(key), inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+						ran = true
+						return b.apply(ctx, tx, m.Key, "ok")
+					}))
+					if res.Action != receiver.Ack || ran != c.ran {
+						t.Errorf("redelivery of %s: %v (%s, %v), handler ran %v; want an ack, ran %v", key, res.Action, res.Reason, res.Err, ran, c.ran)
+					}
+					switch n := b.applied(t, key); {
+					case n == 0:
+						lost++
+					case n > 1:
+						twice++
+					}
+				}
+				t.Logf("%s %s: %d deliveries, lost %d, twice %d", b.name, c.mode, len(keys), lost, twice)
+				if lost != 0 || twice != 0 {
+					t.Errorf("lost %d, twice %d; want 0, 0", lost, twice)
+				}
+			})
+		}
+	})
+}
+
+// batchChild runs keys as one batch in ib's single lane (keys[0] takes the
+// lane and waits in its handler until the others queue behind it) and
+// stops at the mode's kill point.
+func batchChild(mode string, ib *inbox.Inbox, b *backend, keys []string, stop func(), fail func(error)) {
+	r, err := receiver.New(receiver.Config{Selectors: []receiver.Selector{ib}})
+	if err != nil {
+		fail(err)
+	}
+	in0, release := make(chan struct{}), make(chan struct{})
+	results := make(chan receiver.Result, len(keys))
+	for i, key := range keys {
+		go func() {
+			results <- r.Process(context.Background(), msg(key), inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+				if i == 0 {
+					close(in0)
+					<-release
+				}
+				if err := b.apply(ctx, tx, m.Key, "ok"); err != nil {
+					fail(err)
+				}
+				if i == len(keys)-1 && mode == killBatchEffect {
+					stop() // the batch's effects written, not committed
+				}
+				return nil
+			}))
+		}()
+		if i == 0 {
+			<-in0
+			continue
+		}
+		for deadline := time.Now().Add(30 * time.Second); inbox.Waiting(ib) != i; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				fail(fmt.Errorf("delivery %d never queued for the lane", i))
+			}
+		}
+	}
+	close(release)
+	for range keys {
+		if res := <-results; res.Action != receiver.Ack {
+			fail(fmt.Errorf("delivery not acked: %v %s %v", res.Action, res.Reason, res.Err))
+		}
+	}
+	if commits, _ := ib.Batches(); commits != 1 {
+		fail(fmt.Errorf("%d COMMITs for the batch; want 1", commits))
+	}
+	stop() // committed; the transport's acks would come now
 }
 
 // applyOutside applies the effect in its own transaction, as a handler
@@ -227,6 +343,14 @@ func killChild(mode string) {
 			return nil
 		})
 		fail(fmt.Errorf("store mode returned"))
+	}
+	if mode == killBatchEffect || mode == killBatchAcked {
+		ib, err := inbox.New(ctx, db, inbox.Options{Dialect: dialect, Table: os.Getenv(envTable), Lanes: 1, MaxBatch: 100, Linger: time.Minute})
+		if err != nil {
+			fail(err)
+		}
+		batchChild(mode, ib, b, strings.Split(key, ","), stop, fail)
+		fail(fmt.Errorf("batch mode returned"))
 	}
 	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: dialect, Table: os.Getenv(envTable)})
 	if err != nil {

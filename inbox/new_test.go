@@ -39,6 +39,9 @@ func TestNewRejects(t *testing.T) {
 		{"negative retention", good.db, inbox.Options{Dialect: inbox.SQLite, Retention: -1}, "negative Retention"},
 		{"negative key length", good.db, inbox.Options{Dialect: inbox.SQLite, MaxKeyLength: -1}, "negative MaxKeyLength"},
 		{"negative purge batch", good.db, inbox.Options{Dialect: inbox.SQLite, PurgeBatch: -1}, "negative PurgeBatch"},
+		{"negative lanes", good.db, inbox.Options{Dialect: inbox.SQLite, Lanes: -1}, "negative Lanes"},
+		{"negative max batch", good.db, inbox.Options{Dialect: inbox.SQLite, MaxBatch: -1}, "negative MaxBatch"},
+		{"negative linger", good.db, inbox.Options{Dialect: inbox.SQLite, Linger: -1}, "negative Linger"},
 		{"sqlite read committed", good.db, inbox.Options{Dialect: inbox.SQLite, Isolation: sql.LevelReadCommitted}, "not supported on SQLite"},
 		{"postgres snapshot", good.db, inbox.Options{Dialect: inbox.PostgreSQL, Isolation: sql.LevelSnapshot}, "not supported on PostgreSQL"},
 		{"postgres dialect on sqlite", good.db, inbox.Options{Dialect: inbox.PostgreSQL}, "does not answer as postgresql"},
@@ -86,5 +89,34 @@ func TestNewConcurrent(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Fatal("concurrent New calls did not return")
 		}
+	}
+}
+
+// TestLanes: the batching options' defaults, and how a consumer sizes
+// the lanes: on SQLite one lane whatever the consumer runs; on PostgreSQL
+// DefaultLanes until a consumer sizes them to its handlers, unless
+// Options.Lanes is set.
+func TestLanes(t *testing.T) {
+	sq := newSQLite(t)
+	ib := sq.newInbox(t, inbox.Options{})
+	if ib.Lanes() != 1 || ib.MaxBatch() != inbox.DefaultMaxBatch || ib.Linger() != inbox.DefaultLinger {
+		t.Errorf("sqlite defaults: lanes %d, max batch %d, linger %v; want 1, %d, %v", ib.Lanes(), ib.MaxBatch(), ib.Linger(), inbox.DefaultMaxBatch, inbox.DefaultLinger)
+	}
+	if n := ib.SizeLanes(8); n != 1 {
+		t.Errorf("sqlite SizeLanes(8) = %d; want 1", n)
+	}
+	if n := sq.newInbox(t, inbox.Options{Lanes: 3}).SizeLanes(8); n != 3 {
+		t.Errorf("sqlite with Lanes 3: SizeLanes(8) = %d; want 3", n)
+	}
+	pg := newPostgres(t, false)
+	pib := pg.newInbox(t, inbox.Options{})
+	if pib.Lanes() != inbox.DefaultLanes {
+		t.Errorf("postgres lanes %d; want DefaultLanes %d", pib.Lanes(), inbox.DefaultLanes)
+	}
+	if n := pib.SizeLanes(7); n != 7 || pib.Lanes() != 7 {
+		t.Errorf("postgres SizeLanes(7) = %d, Lanes %d; want 7", n, pib.Lanes())
+	}
+	if n := pg.newInbox(t, inbox.Options{Lanes: 2}).SizeLanes(7); n != 2 {
+		t.Errorf("postgres with Lanes 2: SizeLanes(7) = %d; want 2", n)
 	}
 }

@@ -112,10 +112,11 @@ func TestProperty(t *testing.T) {
 	})
 }
 
-// TestConcurrent: workers, each with its own *sql.DB pool and receiver
-// (separate processes, as far as the database can tell), deliver the same
-// keys at the same time in different orders, retrying every delivery that
-// is not acknowledged. Every key's effect commits exactly once, and exactly
+// TestConcurrent: workers, each with its own *sql.DB pool, inbox and
+// receiver (separate processes, as far as the database can tell), deliver
+// the same keys at the same time in different orders, each worker from
+// three goroutines (so its deliveries form batches in its inbox's lanes),
+// retrying every delivery that is not acknowledged. Every key's effect commits exactly once, and exactly
 // one delivery per key is acknowledged as new work.
 func TestConcurrent(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, newBackend func(t testing.TB) *backend) {
@@ -124,7 +125,7 @@ func TestConcurrent(t *testing.T) {
 		const workers, keys = 4, 30
 		var fresh atomic.Int64
 		var wg sync.WaitGroup
-		errs := make(chan error, workers)
+		errs := make(chan error, 3*workers)
 		for w := range workers {
 			db := b.open(t)
 			wib, err := inbox.New(context.Background(), db, inbox.Options{Dialect: b.dialect, Table: b.table})
@@ -133,29 +134,34 @@ func TestConcurrent(t *testing.T) {
 			}
 			r := newReceiver(t, wib, nil)
 			order := rand.New(rand.NewPCG(uint64(w), 7)).Perm(keys)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
-					return b.apply(ctx, tx, m.Key, "ok")
-				})
-				for _, i := range order {
-					key := fmt.Sprintf("c-%d", i)
-					for try := 0; ; try++ {
-						res := process(t, r, msg(key), h)
-						if res.Action == receiver.Ack {
-							if !res.Duplicate {
-								fresh.Add(1)
-							}
-							break
+			for g := range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+						return b.apply(ctx, tx, m.Key, "ok")
+					})
+					for j, i := range order {
+						if j%3 != g {
+							continue
 						}
-						if res.Action == receiver.DeadLetter || try == 200 {
-							errs <- fmt.Errorf("key %s: not acknowledged after %d tries: %v %s %v", key, try+1, res.Action, res.Reason, res.Err)
-							return
+						key := fmt.Sprintf("c-%d", i)
+						for try := 0; ; try++ {
+							res := process(t, r, msg(key), h)
+							if res.Action == receiver.Ack {
+								if !res.Duplicate {
+									fresh.Add(1)
+								}
+								break
+							}
+							if res.Action == receiver.DeadLetter || try == 200 {
+								errs <- fmt.Errorf("key %s: not acknowledged after %d tries: %v %s %v", key, try+1, res.Action, res.Reason, res.Err)
+								return
+							}
 						}
 					}
-				}
-			}()
+				}()
+			}
 		}
 		wg.Wait()
 		close(errs)

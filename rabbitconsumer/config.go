@@ -181,9 +181,12 @@ type Config struct {
 	// or StoreURL is an error, and so are a prebuilt Receiver (put the
 	// inbox in its Selectors), DuplicatePolicy DuplicateDeliver and
 	// MissingKey MissingKeyProcess (both would run the handler without the
-	// transaction), and a database pool with fewer connections than
-	// Concurrency (each running delivery holds one). The inbox scopes its
-	// keys by its own Options.Namespace, not by Namespace.
+	// transaction). New sizes the inbox's lanes (transactions open at
+	// once, each running its deliveries one after the other; on
+	// PostgreSQL, unless the inbox's Options.Lanes is set) to Concurrency,
+	// and refuses more lanes than Concurrency or a database pool with
+	// fewer connections than lanes (each lane holds one). The inbox scopes
+	// its keys by its own Options.Namespace, not by Namespace.
 	Inbox receiver.Selector
 
 	// MemoryOnly runs the consumer without a durable store, on purpose:
@@ -365,9 +368,20 @@ func (c Config) checkInbox() error {
 	case c.MissingKey == receiver.MissingKeyProcess:
 		return fmt.Errorf("%w: Inbox with MissingKeyProcess: a delivery without a key would reach the handler without the inbox's transaction; dead-letter it instead", ErrConfig)
 	}
+	lanes := 0
+	if s, ok := c.Inbox.(interface{ SizeLanes(handlers int) int }); ok {
+		lanes = s.SizeLanes(c.Concurrency)
+	}
+	// Each lane (a transaction open at once, running its deliveries'
+	// handlers one after the other) holds a connection, and a delivery
+	// holding a lane, with its batch's uncommitted work, must always find
+	// a handler slot.
+	if lanes > c.Concurrency {
+		return fmt.Errorf("%w: the inbox has %d lanes but Concurrency is %d; a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most Concurrency", ErrConfig, lanes, c.Concurrency)
+	}
 	if p, ok := c.Inbox.(interface{ MaxOpenConns() int }); ok {
-		if n := p.MaxOpenConns(); n > 0 && n < c.Concurrency {
-			return fmt.Errorf("%w: the inbox's database pool allows %d connections but Concurrency is %d, and each running delivery holds a connection for its transaction; raise the pool's limit or lower Concurrency", ErrConfig, n, c.Concurrency)
+		if n := p.MaxOpenConns(); n > 0 && n < lanes {
+			return fmt.Errorf("%w: the inbox's database pool allows %d connections but the inbox has %d lanes, and each holds a connection for its open transaction; raise the pool's limit or lower Concurrency (or the inbox's Options.Lanes)", ErrConfig, n, lanes)
 		}
 	}
 	return nil

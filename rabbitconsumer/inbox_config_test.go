@@ -16,8 +16,8 @@ import (
 )
 
 // testInbox returns an SQLite inbox in a temp dir whose pool allows conns
-// connections.
-func testInbox(t *testing.T, conns int) *inbox.Inbox {
+// connections, with lanes lanes (0: the default, one).
+func testInbox(t *testing.T, conns int, lanes ...int) *inbox.Inbox {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "inbox.db")+"?_txlock=immediate&_pragma=busy_timeout(5000)")
 	if err != nil {
@@ -25,7 +25,11 @@ func testInbox(t *testing.T, conns int) *inbox.Inbox {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	db.SetMaxOpenConns(conns)
-	ib, err := inbox.New(context.Background(), db, inbox.Options{Dialect: inbox.SQLite})
+	o := inbox.Options{Dialect: inbox.SQLite}
+	if len(lanes) > 0 {
+		o.Lanes = lanes[0]
+	}
+	ib, err := inbox.New(context.Background(), db, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +71,20 @@ func TestConfigInbox(t *testing.T) {
 		{"inbox and prebuilt receiver", "prebuilt Receiver", func(c *Config) { c.Receiver = prebuilt }},
 		{"inbox and DuplicateDeliver", "DuplicateDeliver", func(c *Config) { c.DuplicatePolicy = receiver.DuplicateDeliver }},
 		{"inbox and MissingKeyProcess", "MissingKeyProcess", func(c *Config) { c.MissingKey = receiver.MissingKeyProcess }},
-		{"pool smaller than Concurrency", "allows 3 connections but Concurrency is 4", func(c *Config) { c.Inbox = testInbox(t, 3) }},
+		{"pool smaller than the lanes", "allows 3 connections but the inbox has 4 lanes", func(c *Config) { c.Inbox = testInbox(t, 3, 4) }},
+		{"more lanes than handlers", "has 5 lanes but Concurrency is 4", func(c *Config) { c.Inbox = testInbox(t, 8, 5) }},
+		{"one lane in a pool of one", "", func(c *Config) { c.Inbox = testInbox(t, 1) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base
 			tc.mod(&cfg)
 			_, err := New(cfg)
+			if tc.want == "" {
+				if err != nil {
+					t.Errorf("New = %v; want it accepted", err)
+				}
+				return
+			}
 			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New = %v; want ErrConfig saying %q", err, tc.want)
 			}

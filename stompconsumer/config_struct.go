@@ -141,10 +141,15 @@ type Config struct {
 	// setting both is an error, and so are a prebuilt Receiver (put the
 	// inbox in its Selectors), DuplicatePolicy DuplicateDeliver and
 	// MissingKey MissingKeyProcess (both would run the handler without the
-	// transaction), and a database pool with fewer connections than the
-	// subscriptions' total Concurrency (each running delivery holds one).
-	// The inbox scopes its keys by its own Options.Namespace, not by
-	// Namespace.
+	// transaction). New sizes the inbox's lanes (transactions open at
+	// once, each running its deliveries one after the other; on
+	// PostgreSQL, unless the inbox's Options.Lanes is set) to the
+	// subscriptions' total Concurrency, but no more than the Concurrency
+	// of any subscription that holds more deliveries than it runs
+	// handlers (its deliveries may hold lanes while they wait for one of
+	// its handlers), and refuses more lanes than that or a database pool
+	// with fewer connections than lanes (each lane holds one). The inbox scopes its keys by its own Options.Namespace,
+	// not by Namespace.
 	Inbox receiver.Selector
 
 	// MemoryOnly runs the consumer without a durable store, on purpose.

@@ -174,11 +174,18 @@ func New(cfg Config) (*Consumer, error) {
 	}
 
 	if cfg.Inbox != nil {
-		total := 0
+		// The lanes are sized to the handlers of every subscription
+		// together, but a subscription that holds more deliveries in the
+		// pipeline than it runs handlers could take more lanes than it has
+		// handlers: the lanes must not outnumber its Concurrency.
+		total, bound := 0, 0
 		for _, s := range subs {
 			total += s.Concurrency
+			if pipelined(s) > s.Concurrency && (bound == 0 || s.Concurrency < bound) {
+				bound = s.Concurrency
+			}
 		}
-		if err := checkInbox(cfg, total); err != nil {
+		if err := checkInbox(cfg, total, bound); err != nil {
 			return nil, err
 		}
 	}
@@ -959,9 +966,41 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
+// checkLanes sizes the inbox's lanes (transactions open at once, each
+// running its deliveries' handlers one after the other) to the handlers
+// (at most bound, when bound > 0) when the inbox's options left them open,
+// and refuses more lanes than that (a delivery holding a lane, and with it
+// the uncommitted work of its batch, could wait for a handler slot held by
+// a handler waiting for that work's locks) or than the pool's connections
+// (each lane holds one).
+func checkLanes(ib receiver.Selector, handlers, bound int) error {
+	limit := handlers
+	if bound > 0 && bound < limit {
+		limit = bound
+	}
+	lanes := 0
+	if s, ok := ib.(interface{ SizeLanes(handlers int) int }); ok {
+		lanes = s.SizeLanes(limit)
+	}
+	if lanes > limit {
+		return fmt.Errorf("%w: the inbox has %d lanes but %d handlers can take them (a subscription's Concurrency bounds its own); a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most %d", ErrConfig, lanes, limit, limit)
+	}
+	if p, ok := ib.(interface{ MaxOpenConns() int }); ok {
+		if n := p.MaxOpenConns(); n > 0 && n < lanes {
+			return fmt.Errorf("%w: the inbox's database pool allows %d connections but the inbox has %d lanes, and each holds a connection for its open transaction; raise the pool's limit or lower Concurrency (or the inbox's Options.Lanes)", ErrConfig, n, lanes)
+		}
+	}
+	return nil
+}
+
+// pipelined is how many of s's deliveries are in the pipeline at once.
+func pipelined(s Subscription) int { return s.Concurrency }
+
 // checkInbox refuses configurations that would defeat the transactional
-// inbox; handlers is the number of handler goroutines.
-func checkInbox(cfg Config, handlers int) error {
+// inbox; handlers is the number of handler goroutines, bound (0: none)
+// the most lanes one subscription may hold while waiting for its own
+// handlers.
+func checkInbox(cfg Config, handlers, bound int) error {
 	if v := reflect.ValueOf(cfg.Inbox); v.Kind() == reflect.Pointer && v.IsNil() {
 		return fmt.Errorf("%w: Inbox is a nil %T", ErrConfig, cfg.Inbox)
 	}
@@ -975,10 +1014,5 @@ func checkInbox(cfg Config, handlers int) error {
 	case cfg.MissingKey == receiver.MissingKeyProcess:
 		return fmt.Errorf("%w: Inbox with MissingKeyProcess: a delivery without a key would reach the handler without the inbox's transaction; dead-letter it instead", ErrConfig)
 	}
-	if p, ok := cfg.Inbox.(interface{ MaxOpenConns() int }); ok {
-		if n := p.MaxOpenConns(); n > 0 && n < handlers {
-			return fmt.Errorf("%w: the inbox's database pool allows %d connections but %d handlers run at once, and each holds a connection for its transaction; raise the pool's limit or lower Concurrency", ErrConfig, n, handlers)
-		}
-	}
-	return nil
+	return checkLanes(cfg.Inbox, handlers, bound)
 }

@@ -13,9 +13,11 @@
 // Options.Isolation takes the database/sql levels (default, read
 // committed, repeatable read, serializable), mapped to pgx's.
 //
-// A delivery holds one pool connection from Select until its settlement:
-// size the pool (pgxpool.Config.MaxConns) to at least the consumer's
-// concurrency; the STOMP and RabbitMQ consumers check it at New.
+// Deliveries run in batches exactly as in package inbox: a lane is one
+// open transaction holding one pool connection, so size the pool
+// (pgxpool.Config.MaxConns) to at least Options.Lanes (by default the
+// consumer's concurrency); the STOMP and RabbitMQ consumers check it at
+// New. A batch member's savepoint and its INSERT travel in one round trip.
 package pgxinbox
 
 import (
@@ -28,9 +30,11 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/inbox"
+	"github.com/acemq/msgaudit/internal/inboxlane"
 	"github.com/acemq/msgaudit/internal/inboxsql"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -44,6 +48,8 @@ type Inbox struct {
 	count     inboxsql.Counter
 	log       *slog.Logger
 	txOpts    pgx.TxOptions
+	lanes     *inboxlane.Pool
+	sized     bool
 }
 
 var _ receiver.Selector = (*Inbox)(nil)
@@ -78,6 +84,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, o inbox.Options) (*Inbox, erro
 	if o.Retention, o.MaxKeyLength, o.PurgeBatch, err = inboxsql.Limits(o.Retention, o.MaxKeyLength, o.PurgeBatch); err != nil {
 		return nil, fmt.Errorf("%w: %v", inbox.ErrConfig, err)
 	}
+	sized := o.Lanes != 0
+	if o.Lanes, o.MaxBatch, o.Linger, err = inboxsql.BatchLimits(o.Lanes, o.MaxBatch, o.Linger); err != nil {
+		return nil, fmt.Errorf("%w: %v", inbox.ErrConfig, err)
+	}
 	st, err := inboxsql.Build(o.Table, true)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", inbox.ErrConfig, err)
@@ -90,7 +100,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, o inbox.Options) (*Inbox, erro
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	ib := &Inbox{pool: pool, o: o, sql: st, namespace: inboxsql.Namespacer(o.Namespace),
-		count: inboxsql.NewCounter(o.Metrics), log: log, txOpts: opts}
+		count: inboxsql.NewCounter(o.Metrics), log: log, txOpts: opts, sized: sized}
+	ib.lanes = inboxlane.New(inboxlane.Config{
+		Lanes: o.Lanes, MaxBatch: o.MaxBatch, Linger: o.Linger, Begin: ib.begin,
+		WithTx:   func(c context.Context, v any) context.Context { return context.WithValue(c, txKey{}, v) },
+		Ended:    func(err error) bool { return errors.Is(err, pgx.ErrTxClosed) },
+		Broken:   inboxsql.Broken,
+		Describe: inboxsql.Describe,
+	})
 	var probe string
 	if err := pool.QueryRow(ctx, st.Probe).Scan(&probe); err != nil {
 		return nil, fmt.Errorf("%w: the server does not answer as PostgreSQL: %v", inbox.ErrConfig, err)
@@ -118,9 +135,31 @@ func (ib *Inbox) Retention() time.Duration { return ib.o.Retention }
 // Namespace returns the namespace m's key is recorded under.
 func (ib *Inbox) Namespace(m *receiver.Message) string { return ib.namespace(m) }
 
-// MaxOpenConns returns the pool's MaxConns: every running delivery holds
-// one connection until its settlement.
+// MaxOpenConns returns the pool's MaxConns: every lane holds one
+// connection while its transaction is open.
 func (ib *Inbox) MaxOpenConns() int { return int(ib.pool.Config().MaxConns) }
+
+// Lanes returns the number of lanes.
+func (ib *Inbox) Lanes() int { return ib.lanes.Lanes() }
+
+// MaxBatch returns the effective Options.MaxBatch.
+func (ib *Inbox) MaxBatch() int { return ib.o.MaxBatch }
+
+// Linger returns the effective Options.Linger.
+func (ib *Inbox) Linger() time.Duration { return ib.o.Linger }
+
+// SizeLanes sets the number of lanes to handlers when Options.Lanes was 0
+// and returns the number in effect; see (*inbox.Inbox).SizeLanes.
+func (ib *Inbox) SizeLanes(handlers int) int {
+	if !ib.sized && handlers > 0 {
+		ib.lanes.SetLanes(handlers)
+	}
+	return ib.lanes.Lanes()
+}
+
+// Batches returns how many COMMITs the lanes ran (successful or not) and
+// how many deliveries they covered.
+func (ib *Inbox) Batches() (commits, deliveries uint64) { return ib.lanes.Stats() }
 
 type txKey struct{}
 
@@ -130,9 +169,10 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 	return tx, ok
 }
 
-// Select begins the delivery's transaction and inserts its key; see
-// (*inbox.Inbox).Select. ctx bounds the BEGIN and the INSERT (including
-// the wait for a competing transaction of the same key).
+// Select takes a lane, opens the delivery's savepoint in its transaction
+// (or begins it) and inserts the key; see (*inbox.Inbox).Select. ctx
+// bounds the wait for a lane, the BEGIN and the INSERT (including the wait
+// for a competing transaction of the same key).
 func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Decision, error) {
 	key := m.IdempotencyKey()
 	if key == "" {
@@ -140,61 +180,85 @@ func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Deci
 	}
 	ns := inboxsql.StorageKey(ib.namespace(m), ib.o.MaxKeyLength)
 	key = inboxsql.StorageKey(key, ib.o.MaxKeyLength)
-	fail := func(op string, err error) (receiver.Decision, error) {
-		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-			return receiver.Decision{}, fmt.Errorf("inbox: %s: %w (%v)", op, cerr, err)
-		}
-		return receiver.Decision{}, inboxsql.Describe(op, err)
-	}
+	return ib.lanes.Select(ctx, ns, key)
+}
+
+// begin begins a lane's transaction; ctx bounds the BEGIN.
+func (ib *Inbox) begin(ctx context.Context) (inboxlane.Tx, error) {
 	t0 := time.Now()
 	tx, err := ib.pool.BeginTx(ctx, ib.txOpts)
 	ib.count.Observe(time.Since(t0), err)
 	if err != nil {
-		return fail("begin", err)
+		return nil, err
 	}
-	// Rollbacks run even when ctx ended; they are short.
-	rctx := context.WithoutCancel(ctx)
-	t0 = time.Now()
-	tag, err := tx.Exec(ctx, ib.sql.Insert, ns, key)
-	ib.count.Observe(time.Since(t0), err)
-	if err != nil {
-		_ = tx.Rollback(rctx)
-		return fail("recording the key", err)
-	}
-	if tag.RowsAffected() == 0 {
-		t0 = time.Now()
-		err := tx.Rollback(rctx)
-		ib.count.Observe(time.Since(t0), err)
-		return receiver.Decision{Verdict: receiver.Reject, Reason: "inbox", Detail: "recorded"}, nil
-	}
-	return receiver.Decision{
-		Verdict: receiver.Accept, Reason: "new", Detail: "new",
-		Context: func(c context.Context) context.Context { return context.WithValue(c, txKey{}, tx) },
-		Settle: func(sctx context.Context, s receiver.Settlement) error {
-			t0 := time.Now()
-			if s == receiver.Completed {
-				err := tx.Commit(sctx)
-				ib.count.Observe(time.Since(t0), err)
-				switch {
-				case err == nil:
-					return nil
-				case errors.Is(err, pgx.ErrTxClosed):
-					return inbox.ErrTxEnded
-				}
-				return fmt.Errorf("%w: %w", inbox.ErrCommit, err)
-			}
-			err := tx.Rollback(sctx)
-			if errors.Is(err, pgx.ErrTxClosed) { // after a failed commit, or ended by the handler
-				return nil
-			}
-			ib.count.Observe(time.Since(t0), err)
-			if err != nil {
-				return fmt.Errorf("inbox: rollback: %w", err)
-			}
-			return nil
-		},
-	}, nil
+	return &pgxTx{ib: ib, tx: tx}, nil
 }
+
+// pgxTx is a lane's transaction on pgx.
+type pgxTx struct {
+	ib *Inbox
+	tx pgx.Tx
+}
+
+func (t *pgxTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, error) {
+	t0 := time.Now()
+	if !sp {
+		tag, err := t.tx.Exec(ctx, t.ib.sql.Insert, ns, key)
+		t.ib.count.Observe(time.Since(t0), err)
+		return tag.RowsAffected() > 0, err
+	}
+	// The savepoint and the INSERT in one round trip. A later member's
+	// statements must not be cancelled through ctx (pgx gives up a
+	// cancelled statement by breaking the connection, which would lose the
+	// batch's other members): the INSERT may wait on the unique index for
+	// another transaction, so ctx ending cancels it on the server instead.
+	pid := t.tx.Conn().PgConn().PID()
+	var tag pgconn.CommandTag
+	err := inboxsql.Guard(ctx, func(c context.Context) error {
+		_, err := t.ib.pool.Exec(c, inboxsql.CancelBackend, pid)
+		return err
+	}, func(c context.Context) error {
+		var b pgx.Batch
+		b.Queue(`SAVEPOINT ` + inboxsql.Savepoint)
+		b.Queue(t.ib.sql.Insert, ns, key)
+		br := t.tx.SendBatch(c, &b)
+		_, err := br.Exec()
+		if err == nil {
+			tag, err = br.Exec()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+	t.ib.count.Observe(time.Since(t0), err)
+	return tag.RowsAffected() > 0, err
+}
+
+func (t *pgxTx) RollbackTo(ctx context.Context) error {
+	t0 := time.Now()
+	_, err := t.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT `+inboxsql.Savepoint+`; RELEASE SAVEPOINT `+inboxsql.Savepoint)
+	t.ib.count.Observe(time.Since(t0), err)
+	return err
+}
+
+func (t *pgxTx) Commit(ctx context.Context) error {
+	t0 := time.Now()
+	err := t.tx.Commit(ctx)
+	t.ib.count.Observe(time.Since(t0), err)
+	return err
+}
+
+func (t *pgxTx) Rollback(ctx context.Context) error {
+	t0 := time.Now()
+	err := t.tx.Rollback(ctx)
+	if !errors.Is(err, pgx.ErrTxClosed) {
+		t.ib.count.Observe(time.Since(t0), err)
+	}
+	return err
+}
+
+func (t *pgxTx) Value() any { return t.tx }
 
 // Handler returns a receiver.Handler that runs h with the delivery's open
 // inbox transaction; see inbox.Handler. h must neither commit nor roll back

@@ -51,7 +51,7 @@ var layers = map[string]float64{
 	// The pipeline.
 	"receiver": 3,
 	// The transactional inbox (database/sql, no driver).
-	"internal/inboxsql": 3.5, "inbox": 4,
+	"internal/inboxsql": 3.5, "internal/inboxlane": 3.5, "inbox": 4,
 	// Backends: one driver each, never each other.
 	"internal/metaurl":        4.5,
 	"internal/storeconn":      4.5,

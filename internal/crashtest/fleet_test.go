@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/acemq/msgaudit/internal/storetestkit"
 	"github.com/acemq/msgaudit/internal/testenv"
 )
 
@@ -106,6 +107,11 @@ func TestFleet(t *testing.T) {
 			var storeURL string
 			if tc.store == StoreRedis {
 				storeURL = os.Getenv("MSGAUDIT_REDIS_CLUSTER_URL")
+			}
+			if storeURL != "" {
+				// The cluster's failover test kills a master under an
+				// exclusive lock; a fleet run must not overlap it.
+				storetestkit.LockService(t, "redis-cluster", false)
 			}
 			solo := runFleet(t, fleetPlan{Transport: tc.transport, Store: tc.store, StoreURL: storeURL, Consumers: 1, Messages: soloMessages})
 			checkFleet(t, solo)

@@ -6,6 +6,7 @@
 package inboxsql
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -30,7 +31,17 @@ const (
 	DefaultMaxKeyLength = idempotency.DefaultMaxKeyLength
 	// DefaultPurgeBatch is how many rows one Purge statement deletes.
 	DefaultPurgeBatch = 1000
+	// DefaultMaxBatch is the most deliveries one COMMIT covers.
+	DefaultMaxBatch = 32
+	// DefaultLinger is how long a batch takes new members at most.
+	DefaultLinger = 5 * time.Millisecond
+	// DefaultLanes is PostgreSQL's number of lanes when neither the
+	// options nor a consumer set it.
+	DefaultLanes = 4
 )
+
+// Savepoint is the name of every batch member's savepoint.
+const Savepoint = "msgaudit_inbox_member"
 
 // indexSuffix names the recorded_at index: table name + suffix.
 const indexSuffix = "_recorded_at_idx"
@@ -50,6 +61,8 @@ type SQL struct {
 	Insert, Contains, Purge string
 	// Probe fails unless the database speaks the dialect.
 	Probe string
+	// PID returns PostgreSQL's server process id; "" on SQLite.
+	PID string
 	// Postgres tells the dialect.
 	Postgres bool
 }
@@ -84,6 +97,7 @@ func Build(table string, postgres bool) (SQL, error) {
 				`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + t + ` (recorded_at)`,
 			},
 			Insert:   `INSERT INTO ` + t + ` (namespace, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+			PID:      `SELECT pg_backend_pid()`,
 			Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = $1 AND key = $2)`,
 			Purge: `DELETE FROM ` + t + ` WHERE (namespace, key) IN (SELECT namespace, key FROM ` + t +
 				` WHERE recorded_at < $1 ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
@@ -215,6 +229,78 @@ func Describe(op string, err error) error {
 		return fmt.Errorf("inbox: %s: lost a serialization race (the delivery is requeued): %w", op, err)
 	}
 	return fmt.Errorf("inbox: %s: %w", op, err)
+}
+
+// CancelBackend is PostgreSQL's statement that asks server process $1 to
+// cancel the statement it is running (a no-op when it runs none).
+const CancelBackend = `SELECT pg_cancel_backend($1)`
+
+// hardAfter is how long Guard waits after a server-side cancel before it
+// cancels the statement's own context, breaking its connection.
+const hardAfter = 5 * time.Second
+
+// Guard runs op under a context detached from ctx: when ctx ends while op
+// runs, cancel asks the server to cancel op's statement (PostgreSQL's
+// pg_cancel_backend through another connection), so the statement fails
+// and the connection and its transaction survive (a ROLLBACK TO SAVEPOINT
+// then undoes only that statement). Cancelling op's own context instead
+// would make the driver break the connection, and with it the whole
+// transaction. If op has not returned hardAfter after the server-side
+// cancel, its context is cancelled all the same. Guard returns after any
+// cancel it sent was answered, so the cancel cannot reach a later
+// statement.
+func Guard(ctx context.Context, cancel func(context.Context) error, op func(context.Context) error) error {
+	if ctx.Done() == nil { // never cancelled
+		return op(ctx)
+	}
+	octx, hard := context.WithCancel(context.WithoutCancel(ctx))
+	defer hard()
+	done := make(chan struct{})
+	var timer *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		cctx, c := context.WithTimeout(context.WithoutCancel(ctx), hardAfter)
+		_ = cancel(cctx)
+		c()
+		timer = time.AfterFunc(hardAfter, hard)
+	})
+	err := op(octx)
+	if !stop() {
+		<-done
+		timer.Stop()
+	}
+	return err
+}
+
+// Broken reports whether err is PostgreSQL's "current transaction is
+// aborted" (SQLSTATE 25P02): an earlier statement of the transaction
+// failed and nothing but a rollback is accepted.
+func Broken(err error) bool {
+	var s sqlStater
+	return errors.As(err, &s) && s.SQLState() == "25P02"
+}
+
+// BatchLimits validates and defaults the batching options: a zero value
+// means its default, a negative one is an error.
+func BatchLimits(lanes, maxBatch int, linger time.Duration) (int, int, time.Duration, error) {
+	switch {
+	case lanes < 0:
+		return 0, 0, 0, fmt.Errorf("negative Lanes %d", lanes)
+	case maxBatch < 0:
+		return 0, 0, 0, fmt.Errorf("negative MaxBatch %d", maxBatch)
+	case linger < 0:
+		return 0, 0, 0, fmt.Errorf("negative Linger %v", linger)
+	}
+	if lanes == 0 {
+		lanes = DefaultLanes
+	}
+	if maxBatch == 0 {
+		maxBatch = DefaultMaxBatch
+	}
+	if linger == 0 {
+		linger = DefaultLinger
+	}
+	return lanes, maxBatch, linger, nil
 }
 
 // Limits validates and defaults the numeric options: a zero retention,

@@ -1,8 +1,12 @@
 package inboxsql
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"pgregory.net/rapid"
@@ -67,5 +71,89 @@ func TestBuild(t *testing.T) {
 		if c.create != "" && !strings.Contains(st.Create[1], c.create) {
 			t.Errorf("Build(%q, postgres=%v) index statement %q; want it to contain %q", c.table, c.postgres, st.Create[1], c.create)
 		}
+	}
+}
+
+type stateErr string
+
+func (e stateErr) Error() string    { return "sqlstate " + string(e) }
+func (e stateErr) SQLState() string { return string(e) }
+
+// TestBatchLimits: zero means the default, negative is an error, anything
+// else is kept.
+func TestBatchLimits(t *testing.T) {
+	l, m, g, err := BatchLimits(0, 0, 0)
+	if err != nil || l != DefaultLanes || m != DefaultMaxBatch || g != DefaultLinger {
+		t.Errorf("BatchLimits(0, 0, 0) = %d, %d, %v, %v; want the defaults", l, m, g, err)
+	}
+	if l, m, g, err := BatchLimits(3, 1, time.Second); err != nil || l != 3 || m != 1 || g != time.Second {
+		t.Errorf("BatchLimits(3, 1, 1s) = %d, %d, %v, %v", l, m, g, err)
+	}
+	for _, c := range []struct {
+		lanes, maxBatch int
+		linger          time.Duration
+		want            string
+	}{{-1, 0, 0, "Lanes"}, {0, -1, 0, "MaxBatch"}, {0, 0, -1, "Linger"}} {
+		if _, _, _, err := BatchLimits(c.lanes, c.maxBatch, c.linger); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("BatchLimits(%d, %d, %v) = %v; want an error naming %s", c.lanes, c.maxBatch, c.linger, err, c.want)
+		}
+	}
+}
+
+// TestBroken: only SQLSTATE 25P02 (in failed transaction) is Broken;
+// 40001 and 40P01 are Conflicts.
+func TestBroken(t *testing.T) {
+	for _, c := range []struct {
+		err              error
+		broken, conflict bool
+	}{
+		{stateErr("25P02"), true, false},
+		{fmt.Errorf("wrapped: %w", stateErr("25P02")), true, false},
+		{stateErr("40001"), false, true},
+		{stateErr("40P01"), false, true},
+		{stateErr("23505"), false, false},
+		{errors.New("plain"), false, false},
+	} {
+		if got := Broken(c.err); got != c.broken {
+			t.Errorf("Broken(%v) = %v; want %v", c.err, got, c.broken)
+		}
+		if got := Conflict(c.err); got != c.conflict {
+			t.Errorf("Conflict(%v) = %v; want %v", c.err, got, c.conflict)
+		}
+	}
+}
+
+// TestGuard: when ctx ends while op runs, Guard calls cancel (the
+// server-side cancel) and op's own context stays alive; op ending on its
+// own needs no cancel.
+func TestGuard(t *testing.T) {
+	ctx, end := context.WithCancel(context.Background())
+	cancelled := make(chan struct{})
+	err := Guard(ctx, func(context.Context) error {
+		close(cancelled)
+		return nil
+	}, func(octx context.Context) error {
+		end()
+		select {
+		case <-cancelled: // the "server" cancels the statement
+		case <-time.After(10 * time.Second):
+			return errors.New("no server-side cancel")
+		}
+		if octx.Err() != nil {
+			return errors.New("op's context was cancelled with the caller's")
+		}
+		return errors.New("canceled on the server")
+	})
+	if err == nil || err.Error() != "canceled on the server" {
+		t.Errorf("Guard = %v; want the statement's own error", err)
+	}
+	calls := 0
+	if err := Guard(context.Background(), func(context.Context) error { calls++; return nil }, func(context.Context) error { return nil }); err != nil || calls != 0 {
+		t.Errorf("Guard without an end = %v, %d cancels; want nil, 0", err, calls)
+	}
+	live, stop := context.WithCancel(context.Background())
+	defer stop()
+	if err := Guard(live, func(context.Context) error { calls++; return nil }, func(context.Context) error { return nil }); err != nil || calls != 0 {
+		t.Errorf("Guard of a statement that ends first = %v, %d cancels; want nil, 0", err, calls)
 	}
 }
