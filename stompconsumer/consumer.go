@@ -993,8 +993,9 @@ func checkLanes(ib receiver.Selector, handlers, bound int) error {
 	return nil
 }
 
-// pipelined is how many of s's deliveries are in the pipeline at once.
-func pipelined(s Subscription) int { return s.Concurrency }
+// pipelined is how many of s's deliveries are in the pipeline at once
+// (its InFlight, set by New before the inbox is checked).
+func pipelined(s Subscription) int { return max(s.InFlight, s.Concurrency) }
 
 // checkInbox refuses configurations that would defeat the transactional
 // inbox; handlers is the number of handler goroutines, bound (0: none)

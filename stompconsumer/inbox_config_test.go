@@ -69,8 +69,14 @@ func TestConfigInbox(t *testing.T) {
 		{"inbox and prebuilt receiver", "prebuilt Receiver", func(c *Config) { c.Receiver = prebuilt }},
 		{"inbox and DuplicateDeliver", "DuplicateDeliver", func(c *Config) { c.DuplicatePolicy = receiver.DuplicateDeliver }},
 		{"inbox and MissingKeyProcess", "MissingKeyProcess", func(c *Config) { c.MissingKey = receiver.MissingKeyProcess }},
-		{"pool smaller than the lanes", "allows 3 connections but the inbox has 4 lanes", func(c *Config) { c.Inbox = testInbox(t, 3, 4) }},
-		{"more lanes than handlers", "has 5 lanes but 4 handlers", func(c *Config) { c.Inbox = testInbox(t, 8, 5) }},
+		// Each subscription claims ahead (InFlight 50 > Concurrency 2), so
+		// one subscription's Concurrency bounds the lanes.
+		{"pool smaller than the lanes", "allows 1 connections but the inbox has 2 lanes", func(c *Config) { c.Inbox = testInbox(t, 1, 2) }},
+		{"more lanes than one subscription's handlers", "has 3 lanes but 2 handlers", func(c *Config) { c.Inbox = testInbox(t, 8, 3) }},
+		// Without claiming ahead every handler of both may take a lane.
+		{"no claiming ahead: a lane per handler", "", func(c *Config) { c.InFlight = 2; c.Inbox = testInbox(t, 4, 4) }},
+		{"no claiming ahead: more lanes than handlers", "has 5 lanes but 4 handlers", func(c *Config) { c.InFlight = 2; c.Inbox = testInbox(t, 8, 5) }},
+		{"pool smaller than the lanes, no claiming ahead", "allows 3 connections but the inbox has 4 lanes", func(c *Config) { c.InFlight = 2; c.Inbox = testInbox(t, 3, 4) }},
 		{"one lane in a pool of one", "", func(c *Config) { c.Inbox = testInbox(t, 1) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
