@@ -6,9 +6,12 @@ import "context"
 // Claim TryClaim would return, or the error TryClaim would return for that
 // key alone (ErrInvalidKey for a key the backend cannot store).
 type ClaimResult struct {
+	// Outcome is the key's answer; zero when Err is set.
 	Outcome Outcome
-	Claim   Claim
-	Err     error
+	// Claim is the held claim; valid only when Outcome is Claimed.
+	Claim Claim
+	// Err is this key's own failure, the others' answers still stand.
+	Err error
 }
 
 // BatchStore is a Store that can try-claim, confirm and release many keys
@@ -17,9 +20,13 @@ type ClaimResult struct {
 // the other in slice order; a batch that fails as a whole (the backend is
 // unreachable, the transaction did not commit) returns an error and changes
 // nothing a caller may rely on: every key of a failed TryClaimBatch is
-// unclaimed or still held by its previous holder, and a failed ConfirmBatch
-// confirms none of its claims as far as the caller knows (it retries or
-// requeues them, never acknowledges them).
+// unclaimed, still held by its previous holder, or — when the batch took
+// effect but its answer was lost on the way back — held by a claim no
+// caller has, which lapses at the end of its lease exactly as after a
+// single TryClaim whose answer was lost (the key's deliveries are deferred
+// until then, never acknowledged); and a failed ConfirmBatch confirms none
+// of its claims as far as the caller knows (it retries or requeues them,
+// never acknowledges them).
 //
 // A key may appear more than once in one TryClaimBatch: the first
 // occurrence is answered as TryClaim would, later ones as TryClaim would
