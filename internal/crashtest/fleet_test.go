@@ -48,15 +48,11 @@ type fleetPlan struct {
 
 // fleetResult is what a fleet run observed.
 type fleetResult struct {
-	Plan                                     fleetPlan
-	Kills, KillsEffect, KillsSettled         int
-	InEffect, InSettled                      int64
-	KillsOf                                  []int
-	Lost, Twice, Unknown                     int
-	FirstLost, FirstTwice                    []string
-	QueueLeft, DeadLetterLeft, BrokerDLQLeft int
-	Totals                                   Totals
-	ProcessedBy                              []uint64
+	Plan                             fleetPlan
+	Kills, KillsEffect, KillsSettled int
+	InEffect, InSettled              int64
+	KillsOf                          []int
+	Outcome
 	// Consume is the time from the consumers' start until the ledger held
 	// every key; Rate is Messages over it.
 	Consume time.Duration
@@ -210,7 +206,7 @@ func runFleet(t *testing.T, p fleetPlan) fleetResult {
 	}
 	t.Logf("produced %d persistent messages in %.1fs", p.Messages, time.Since(produced).Seconds())
 
-	res := fleetResult{Plan: p, BrokerDLQLeft: -1, ProcessedBy: make([]uint64, p.Consumers), KillsOf: make([]int, p.Consumers)}
+	res := fleetResult{Plan: p, Outcome: newOutcome(p.Consumers), KillsOf: make([]int, p.Consumers)}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -250,58 +246,8 @@ func runFleet(t *testing.T, p fleetPlan) fleetResult {
 	if err := awaitLedger(ctx, led, p.Messages, children); err != nil {
 		t.Error(err)
 	}
-	for _, c := range children {
-		if err := c.stop(); err != nil {
-			t.Fatal(err)
-		}
-		snap, err := readSnapshot(c.metricsPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Totals.add(snap)
-		res.ProcessedBy[c.idx] += snap.Metrics.Processed
-	}
-
-	tctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if res.QueueLeft, err = br.take(tctx, cfg.Queue); err != nil {
-		t.Fatal(err)
-	}
-	if res.DeadLetterLeft, err = br.take(tctx, cfg.DeadLetter); err != nil {
-		t.Fatal(err)
-	}
-	if p.Transport == STOMP {
-		if res.BrokerDLQLeft, err = br.take(tctx, brokerDLQ(cfg.Queue)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	res.finish(ctx, t, children, br, cfg, led, keys)
 	*drained = true
-
-	rows, err := led.rows(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sent := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		sent[k] = true
-		switch n := rows[k]; {
-		case n == 0:
-			res.Lost++
-			if len(res.FirstLost) < 5 {
-				res.FirstLost = append(res.FirstLost, k)
-			}
-		case n > 1:
-			res.Twice++
-			if len(res.FirstTwice) < 5 {
-				res.FirstTwice = append(res.FirstTwice, fmt.Sprintf("%s×%d", k, n))
-			}
-		}
-	}
-	for k := range rows {
-		if !sent[k] {
-			res.Unknown++
-		}
-	}
 	t.Logf("%s seed=%d", res, p.Seed)
 	return res
 }

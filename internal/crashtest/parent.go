@@ -64,6 +64,15 @@ type Result struct {
 	// AppliedUnderKills is the number of keys in the ledger when the last
 	// killed child was restarted: the work done while kills were landing.
 	AppliedUnderKills int
+	// Outcome is what the ledger and the queues showed at the end.
+	Outcome
+	// Elapsed is the time from producing to the last check.
+	Elapsed time.Duration
+}
+
+// Outcome is what the ledger, the queues and the children's metrics showed
+// at the end of a run (a crash run or a fleet run).
+type Outcome struct {
 	// Lost is the number of keys never applied, Twice the keys applied more
 	// than once, Unknown ledger keys nobody sent.
 	Lost, Twice, Unknown int
@@ -80,8 +89,71 @@ type Result struct {
 	// ProcessedBy is the number of messages each child slot processed as
 	// new work, over all its processes.
 	ProcessedBy []uint64
-	// Elapsed is the time from producing to the last check.
-	Elapsed time.Duration
+}
+
+// newOutcome is an Outcome for children child slots, before the checks.
+func newOutcome(children int) Outcome {
+	return Outcome{BrokerDLQLeft: -1, ProcessedBy: make([]uint64, children)}
+}
+
+// finish stops every child and adds up its final metrics, takes what is
+// left on the run's queues (the consumer's dead-letter destination and, on
+// ActiveMQ, the broker's DLQ too) and compares the ledger with the keys
+// sent.
+func (o *Outcome) finish(ctx context.Context, t testing.TB, children []*child, br broker, cfg Config, led *ledger, keys []string) {
+	t.Helper()
+	for _, c := range children {
+		if err := c.stop(); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := readSnapshot(c.metricsPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Totals.add(snap)
+		o.ProcessedBy[c.idx] += snap.Metrics.Processed
+	}
+
+	tctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var err error
+	if o.QueueLeft, err = br.take(tctx, cfg.Queue); err != nil {
+		t.Fatal(err)
+	}
+	if o.DeadLetterLeft, err = br.take(tctx, cfg.DeadLetter); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Transport == STOMP {
+		if o.BrokerDLQLeft, err = br.take(tctx, brokerDLQ(cfg.Queue)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	rows, err := led.rows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		sent[k] = true
+		switch n := rows[k]; {
+		case n == 0:
+			o.Lost++
+			if len(o.FirstLost) < 5 {
+				o.FirstLost = append(o.FirstLost, k)
+			}
+		case n > 1:
+			o.Twice++
+			if len(o.FirstTwice) < 5 {
+				o.FirstTwice = append(o.FirstTwice, fmt.Sprintf("%s×%d", k, n))
+			}
+		}
+	}
+	for k := range rows {
+		if !sent[k] {
+			o.Unknown++
+		}
+	}
 }
 
 // Totals are receiver counters summed over child processes.
@@ -244,7 +316,7 @@ func Run(t testing.TB, p Plan) Result {
 		t.Fatal(err)
 	}
 
-	res := Result{Plan: p, BrokerDLQLeft: -1, ProcessedBy: make([]uint64, p.Consumers)}
+	res := Result{Plan: p, Outcome: newOutcome(p.Consumers)}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -325,58 +397,8 @@ func Run(t testing.TB, p Plan) Result {
 	if err := awaitLedger(ctx, led, p.Messages, children); err != nil {
 		t.Error(err)
 	}
-	for _, c := range children {
-		if err := c.stop(); err != nil {
-			t.Fatal(err)
-		}
-		snap, err := readSnapshot(c.metricsPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Totals.add(snap)
-		res.ProcessedBy[c.idx] += snap.Metrics.Processed
-	}
-
-	tctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if res.QueueLeft, err = br.take(tctx, cfg.Queue); err != nil {
-		t.Fatal(err)
-	}
-	if res.DeadLetterLeft, err = br.take(tctx, cfg.DeadLetter); err != nil {
-		t.Fatal(err)
-	}
-	if p.Transport == STOMP {
-		if res.BrokerDLQLeft, err = br.take(tctx, brokerDLQ(cfg.Queue)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	res.finish(ctx, t, children, br, cfg, led, keys)
 	drained = true
-
-	rows, err := led.rows(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sent := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		sent[k] = true
-		switch n := rows[k]; {
-		case n == 0:
-			res.Lost++
-			if len(res.FirstLost) < 5 {
-				res.FirstLost = append(res.FirstLost, k)
-			}
-		case n > 1:
-			res.Twice++
-			if len(res.FirstTwice) < 5 {
-				res.FirstTwice = append(res.FirstTwice, fmt.Sprintf("%s×%d", k, n))
-			}
-		}
-	}
-	for k := range rows {
-		if !sent[k] {
-			res.Unknown++
-		}
-	}
 	res.Elapsed = time.Since(start)
 	t.Logf("%s seed=%d", res, p.Seed)
 	return res
