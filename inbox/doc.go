@@ -153,6 +153,27 @@
 // requeued (never acknowledged), so make the busy timeout longer than the
 // slowest batch (MaxBatch handlers, or Linger plus one handler).
 //
+// Keep synchronous at SQLite's default, FULL (or say
+// _pragma=synchronous(FULL)). A commit survives a crash of the process
+// (SIGKILL) with FULL and with NORMAL alike, but in WAL mode NORMAL can
+// roll back the last commits on a power loss or an operating-system crash,
+// and the broker has already had those messages acknowledged: their effects
+// would be lost, not applied twice. (The idempotency store can default to
+// NORMAL because what it loses there is a confirmation: a message applied
+// again, never one lost.)
+//
+// # Behind a connection pooler
+//
+// Behind a pooler in transaction mode (PgBouncer without
+// max_prepared_statements, such as Debian's 1.18), pgx's statement cache
+// fails with SQLSTATE 26000 or 42P05 and every delivery is requeued, never
+// acknowledged. Add default_query_exec_mode=exec to the URL given to
+// sql.Open("pgx", …), or set ConnConfig.DefaultQueryExecMode to
+// pgx.QueryExecModeExec on the pool given to pgxinbox. A delivery's
+// transaction keeps one server connection from BEGIN to COMMIT, so the
+// recorded key and the handler's writes still commit together
+// (TestInboxThroughPooler here, TestPgxInboxThroughPooler in pgxinbox).
+//
 // # Metrics
 //
 // Options.Metrics counts every database call in the receiver.Metrics store
