@@ -166,8 +166,8 @@
 //
 // Behind a pooler in transaction mode (PgBouncer without
 // max_prepared_statements, such as Debian's 1.18), pgx's statement cache
-// fails with SQLSTATE 26000 or 42P05 and every delivery is requeued, never
-// acknowledged. Add default_query_exec_mode=exec to the URL given to
+// makes deliveries fail with SQLSTATE 26000 or 42P05; they are requeued,
+// never acknowledged. Add default_query_exec_mode=exec to the URL given to
 // sql.Open("pgx", …), or set ConnConfig.DefaultQueryExecMode to
 // pgx.QueryExecModeExec on the pool given to pgxinbox. A delivery's
 // transaction keeps one server connection from BEGIN to COMMIT, so the
