@@ -3,9 +3,8 @@ package idempotency
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
-	"sync"
+
+	"github.com/acemq/msgaudit/internal/schemereg"
 )
 
 // Opener opens a store from a URL whose scheme it was registered for. It
@@ -13,16 +12,10 @@ import (
 type Opener func(ctx context.Context, rawURL string, o Options) (Store, error)
 
 // registry maps a lower-case URL scheme to its Opener. Backend packages fill
-// it from their init functions, the way database/sql drivers register.
-var registry = struct {
-	sync.RWMutex
-	m map[string]Opener
-}{m: map[string]Opener{}}
-
-// backendPackages names the package to import for the schemes of the
-// backends in this module, for the error Open returns when none is
-// registered.
-var backendPackages = map[string]string{
+// it from their init functions, the way database/sql drivers register; the
+// map names the package to import for the schemes of the backends in this
+// module, for the error Open returns when none is registered.
+var registry = schemereg.New[Opener]("idempotency", "memory", map[string]string{
 	"sqlite": "github.com/acemq/msgaudit/idempotency/sqlitestore",
 	"redis":  "github.com/acemq/msgaudit/idempotency/redisstore",
 	"rediss": "github.com/acemq/msgaudit/idempotency/redisstore",
@@ -33,7 +26,7 @@ var backendPackages = map[string]string{
 	"rediss+sentinel": "github.com/acemq/msgaudit/idempotency/redisstore",
 	"postgres":        "github.com/acemq/msgaudit/idempotency/pgstore",
 	"postgresql":      "github.com/acemq/msgaudit/idempotency/pgstore",
-}
+})
 
 // Register makes a backend available to Open for URLs with the given
 // scheme (matched case-insensitively). Backend packages call it from init;
@@ -43,33 +36,10 @@ var backendPackages = map[string]string{
 //
 // Register panics when scheme is empty or "memory", opener is nil, or the
 // scheme is already registered: all are programming errors found at start.
-func Register(scheme string, opener Opener) {
-	s := strings.ToLower(scheme)
-	if s == "" || s == "memory" || strings.ContainsAny(s, ":/") {
-		panic(fmt.Sprintf("idempotency: Register: invalid scheme %q", scheme))
-	}
-	if opener == nil {
-		panic("idempotency: Register: nil Opener for scheme " + s)
-	}
-	registry.Lock()
-	defer registry.Unlock()
-	if _, dup := registry.m[s]; dup {
-		panic("idempotency: Register called twice for scheme " + s)
-	}
-	registry.m[s] = opener
-}
+func Register(scheme string, opener Opener) { registry.Register(scheme, opener, opener == nil) }
 
 // Schemes returns the registered URL schemes, sorted, "memory" included.
-func Schemes() []string {
-	registry.RLock()
-	defer registry.RUnlock()
-	out := []string{"memory"}
-	for s := range registry.m {
-		out = append(out, s)
-	}
-	sort.Strings(out)
-	return out
-}
+func Schemes() []string { return registry.Schemes() }
 
 // Open opens the store a URL names. "memory" is NewMemory and always
 // available; every other scheme is served by the backend package that
@@ -93,8 +63,7 @@ func Open(ctx context.Context, rawURL string, o Options) (Store, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	scheme, rest, _ := strings.Cut(rawURL, ":")
-	scheme = strings.ToLower(scheme)
+	scheme, rest := schemereg.Scheme(rawURL)
 	if scheme == "memory" {
 		if rest != "" {
 			return nil, fmt.Errorf("%w: %q: memory takes no path", ErrUnsupportedURL, RedactURL(rawURL))
@@ -115,8 +84,7 @@ func Open(ctx context.Context, rawURL string, o Options) (Store, error) {
 // name the missing import when it is built rather than when the store is
 // first opened.
 func CheckScheme(rawURL string) error {
-	scheme, _, _ := strings.Cut(rawURL, ":")
-	scheme = strings.ToLower(scheme)
+	scheme, _ := schemereg.Scheme(rawURL)
 	if scheme == "memory" {
 		return nil
 	}
@@ -128,14 +96,5 @@ func CheckScheme(rawURL string) error {
 // ErrUnsupportedURL naming the package to import. shown is how the error
 // names the URL: redacted, or the scheme alone.
 func lookup(scheme, shown string) (Opener, error) {
-	registry.RLock()
-	opener := registry.m[scheme]
-	registry.RUnlock()
-	if opener != nil {
-		return opener, nil
-	}
-	if pkg, ok := backendPackages[scheme]; ok {
-		return nil, fmt.Errorf("%w: no backend for %q; import _ %q", ErrUnsupportedURL, shown, pkg)
-	}
-	return nil, fmt.Errorf("%w: %q (want memory, sqlite:PATH, redis://, rediss://, redis+cluster://, redis+sentinel://, postgres:// or postgresql://)", ErrUnsupportedURL, shown)
+	return registry.Lookup(scheme, shown, "memory, sqlite:PATH, redis://, rediss://, redis+cluster://, redis+sentinel://, postgres:// or postgresql://", ErrUnsupportedURL)
 }

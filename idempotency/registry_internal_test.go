@@ -11,15 +11,7 @@ import (
 // The tests using it are not parallel, so no other test sees the swap.
 func withRegistry(t *testing.T, m map[string]Opener, f func()) {
 	t.Helper()
-	registry.Lock()
-	saved := registry.m
-	registry.m = m
-	registry.Unlock()
-	defer func() {
-		registry.Lock()
-		registry.m = saved
-		registry.Unlock()
-	}()
+	defer registry.Swap(m)()
 	f()
 }
 

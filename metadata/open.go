@@ -2,26 +2,18 @@ package metadata
 
 import (
 	"context"
-	"fmt"
-	"sort"
-	"strings"
-	"sync"
 
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/schemereg"
 )
 
 // Opener opens a store from a URL whose scheme it was registered for.
 type Opener func(ctx context.Context, rawURL string) (StoreCloser, error)
 
 // registry maps a lower-case URL scheme to its Opener; backend packages
-// fill it from init.
-var registry = struct {
-	sync.RWMutex
-	m map[string]Opener
-}{m: map[string]Opener{}}
-
-// backendPackages names the package to import for this module's schemes.
-var backendPackages = map[string]string{
+// fill it from init. The map names the package to import for this
+// module's schemes.
+var registry = schemereg.New[Opener]("metadata", "memory", map[string]string{
 	"sqlite": "github.com/acemq/msgaudit/metadata/sqlitemeta",
 	"redis":  "github.com/acemq/msgaudit/metadata/redismeta",
 	"rediss": "github.com/acemq/msgaudit/metadata/redismeta",
@@ -32,39 +24,16 @@ var backendPackages = map[string]string{
 	"rediss+sentinel": "github.com/acemq/msgaudit/metadata/redismeta",
 	"postgres":        "github.com/acemq/msgaudit/metadata/pgmeta",
 	"postgresql":      "github.com/acemq/msgaudit/metadata/pgmeta",
-}
+})
 
 // Register makes a backend available to Open for URLs with the given
 // scheme (matched case-insensitively); backend packages call it from init.
 // It panics when scheme is empty, "memory" or holds ':' or '/', opener is
 // nil, or the scheme is already registered.
-func Register(scheme string, opener Opener) {
-	s := strings.ToLower(scheme)
-	if s == "" || s == "memory" || strings.ContainsAny(s, ":/") {
-		panic(fmt.Sprintf("metadata: Register: invalid scheme %q", scheme))
-	}
-	if opener == nil {
-		panic("metadata: Register: nil Opener for scheme " + s)
-	}
-	registry.Lock()
-	defer registry.Unlock()
-	if _, dup := registry.m[s]; dup {
-		panic("metadata: Register called twice for scheme " + s)
-	}
-	registry.m[s] = opener
-}
+func Register(scheme string, opener Opener) { registry.Register(scheme, opener, opener == nil) }
 
 // Schemes returns the registered URL schemes, sorted, "memory" included.
-func Schemes() []string {
-	registry.RLock()
-	defer registry.RUnlock()
-	out := []string{"memory"}
-	for s := range registry.m {
-		out = append(out, s)
-	}
-	sort.Strings(out)
-	return out
-}
+func Schemes() []string { return registry.Schemes() }
 
 // Open returns a store for rawURL. "memory" (a new Memory store) is always
 // available; the other schemes are served by the backend package that
@@ -85,21 +54,15 @@ func Schemes() []string {
 // naming the package to import. Errors never contain the password: Open
 // reports the URL as RedactURL does.
 func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
-	scheme, _, _ := strings.Cut(rawURL, ":")
-	scheme = strings.ToLower(scheme)
+	scheme, _ := schemereg.Scheme(rawURL)
 	if scheme == "memory" {
 		return NewMemory(), nil
 	}
-	registry.RLock()
-	opener := registry.m[scheme]
-	registry.RUnlock()
-	if opener != nil {
-		return opener(ctx, rawURL)
+	opener, err := registry.Lookup(scheme, RedactURL(rawURL), "", ErrUnsupportedURL)
+	if err != nil {
+		return nil, err
 	}
-	if pkg, ok := backendPackages[scheme]; ok {
-		return nil, fmt.Errorf("%w: no backend for %q; import _ %q", ErrUnsupportedURL, RedactURL(rawURL), pkg)
-	}
-	return nil, fmt.Errorf("%w: %q", ErrUnsupportedURL, RedactURL(rawURL))
+	return opener(ctx, rawURL)
 }
 
 // RedactURL returns rawURL with any password replaced by "xxxxx", for logs

@@ -11,15 +11,7 @@ import (
 // serves is ErrUnsupportedURL naming the package to import, without the
 // password. It swaps the registry, so it is not parallel.
 func TestOpenWithoutBackend(t *testing.T) {
-	registry.Lock()
-	saved := registry.m
-	registry.m = map[string]Opener{}
-	registry.Unlock()
-	defer func() {
-		registry.Lock()
-		registry.m = saved
-		registry.Unlock()
-	}()
+	defer registry.Swap(map[string]Opener{})()
 	cases := []struct{ url, pkg string }{
 		{"sqlite:/tmp/m.db", "metadata/sqlitemeta"},
 		{"redis://u:s3cretpw@127.0.0.1:1/0", "metadata/redismeta"},

@@ -36,7 +36,7 @@ var light = []string{
 // only; see docs/architecture.md for what each layer is.
 var layers = map[string]float64{
 	// Helpers that import nothing of the module.
-	"internal/redact": 0, "internal/nilcheck": 0, "internal/snapframe": 0,
+	"internal/redact": 0, "internal/nilcheck": 0, "internal/snapframe": 0, "internal/schemereg": 0,
 	"internal/tlsconf": 0, "internal/testenv": 0, "internal/tcpproxy": 0,
 	"internal/readmecheck": 0, "internal/cmd/testsummary": 0, "internal/archtest": 0,
 	"internal/testwait": 0,
