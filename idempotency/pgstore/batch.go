@@ -87,16 +87,53 @@ ORDER BY i.ord`
 	// that owner's live claim, as sqlConfirm and sqlRelease do for one;
 	// RETURNING names the pairs that did. The pairs must be distinct (a
 	// row joined twice is changed once and reported once).
+	//
+	// The lease test reads expires_at - now() > interval '0', not
+	// expires_at > now(): the same test, but one the expires_at index
+	// cannot answer. Without statistics PostgreSQL guesses that a third
+	// of the rows are live, and with a batch of a few dozen keys it
+	// then prefers walking that index over every live row (all of them,
+	// in a store that retains its confirmations) to probing the primary
+	// key once per key.
 	p.sqlConfirmBatch = `UPDATE ` + t + ` AS tgt
 SET state = 'confirmed', owner = NULL, expires_at = now() + $3::bigint * interval '1 microsecond', updated_at = now()
 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS c(key, owner, ord)
-WHERE tgt.key = c.key AND tgt.owner = c.owner AND tgt.state = 'claimed' AND tgt.expires_at > now()
+WHERE tgt.key = c.key AND tgt.owner = c.owner AND tgt.state = 'claimed' AND tgt.expires_at - now() > interval '0'
 RETURNING c.ord`
 
 	p.sqlReleaseBatch = `DELETE FROM ` + t + ` AS tgt
 USING unnest($1::text[], $2::text[]) WITH ORDINALITY AS c(key, owner, ord)
-WHERE tgt.key = c.key AND tgt.owner = c.owner AND tgt.state = 'claimed' AND tgt.expires_at > now()
+WHERE tgt.key = c.key AND tgt.owner = c.owner AND tgt.state = 'claimed' AND tgt.expires_at - now() > interval '0'
 RETURNING c.ord`
+}
+
+// batchExecMode is how the batch statements are sent on a pool whose
+// connections default to exec mode def. They must be planned for the
+// table as it is at each call, not once: a prepared statement's plan is
+// cached, and PostgreSQL settles on a generic plan after a statement's
+// first five runs. On a table created moments before (every table at
+// first, and one that autovacuum has not analyzed yet), those runs see a
+// few rows, and the generic plan scans the table (the claim's key =
+// ANY($1)) or walks the expires_at index over every live row (the confirm
+// and release) instead of probing the primary key once per key: each
+// batch then costs time in proportion to the table, milliseconds at ten
+// thousand rows. An unnamed statement is planned at every call with the
+// table's current size (a young table's size is read from its pages), so
+// the batch statements use the unnamed statement: CacheDescribe (one
+// round trip, binary results) when the pool defaults to the statement
+// cache, Exec when the description cache is off too. Any other default
+// already uses the unnamed statement and is kept. The single-key
+// statements stay prepared: an equality on the primary key is planned as
+// one index probe whatever the table's statistics say.
+func batchExecMode(def pgx.QueryExecMode, describeCache int) pgx.QueryExecMode {
+	switch {
+	case def != pgx.QueryExecModeCacheStatement:
+		return def
+	case describeCache > 0:
+		return pgx.QueryExecModeCacheDescribe
+	default:
+		return pgx.QueryExecModeExec
+	}
 }
 
 // batchItem is one distinct key (or claim) of a batch: its storage key,
@@ -177,7 +214,7 @@ func (p *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 		return nil
 	}
 	err := p.retryDeadlock(ctx, func() error {
-		rows, err := p.pool.Query(ctx, p.sqlTryClaimBatch, sks, tokens, p.claimUS)
+		rows, err := p.pool.Query(ctx, p.sqlTryClaimBatch, p.batchMode, sks, tokens, p.claimUS)
 		if err != nil {
 			return err
 		}
@@ -252,7 +289,7 @@ func answerRepeats(res []idempotency.ClaimResult, repeats [][2]int) {
 // know: none of the claims may be treated as confirmed.
 func (p *Store) ConfirmBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
 	return p.settleBatch(ctx, "confirm batch", claims, errs, func(sks, tokens []string) (pgx.Rows, error) {
-		return p.pool.Query(ctx, p.sqlConfirmBatch, sks, tokens, p.retainUS)
+		return p.pool.Query(ctx, p.sqlConfirmBatch, p.batchMode, sks, tokens, p.retainUS)
 	}, func(sk, token string) (pgconn.CommandTag, error) {
 		return p.pool.Exec(ctx, p.sqlConfirm, sk, token, p.retainUS)
 	})
@@ -262,7 +299,7 @@ func (p *Store) ConfirmBatch(ctx context.Context, claims []idempotency.Claim, er
 // Release in errs as ConfirmBatch has those of Confirm.
 func (p *Store) ReleaseBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
 	return p.settleBatch(ctx, "release batch", claims, errs, func(sks, tokens []string) (pgx.Rows, error) {
-		return p.pool.Query(ctx, p.sqlReleaseBatch, sks, tokens)
+		return p.pool.Query(ctx, p.sqlReleaseBatch, p.batchMode, sks, tokens)
 	}, func(sk, token string) (pgconn.CommandTag, error) {
 		return p.pool.Exec(ctx, p.sqlRelease, sk, token)
 	})

@@ -16,17 +16,18 @@ import (
 // built, a MaxKeyLength above what its primary key index can hold.
 func TestPostgresOptionBounds(t *testing.T) {
 	ctx := context.Background()
+	pool := idlePool(t)
 	cases := []struct {
 		name string
 		open func() error
 		ok   bool
 	}{
 		{"postgres MaxKeyLength at the bound", func() error {
-			_, err := pgstore.New(ctx, &pgxpool.Pool{}, "t", idempotency.Options{MaxKeyLength: pgstore.MaxKeyLength})
+			_, err := pgstore.New(ctx, pool, "t", idempotency.Options{MaxKeyLength: pgstore.MaxKeyLength})
 			return err
 		}, true},
 		{"postgres MaxKeyLength 10 KB", func() error {
-			_, err := pgstore.New(ctx, &pgxpool.Pool{}, "t", idempotency.Options{MaxKeyLength: 10_000})
+			_, err := pgstore.New(ctx, pool, "t", idempotency.Options{MaxKeyLength: 10_000})
 			return err
 		}, false},
 	}
@@ -65,4 +66,16 @@ func TestPostgresLongestVerbatimKey(t *testing.T) {
 			t.Fatalf("IsConfirmed of a %d-byte key: %v, %v", len(id), ok, err)
 		}
 	}
+}
+
+// idlePool returns a pool that never connects (port 1, and nothing asks it
+// for a connection), for tests of what New refuses: New does no I/O.
+func idlePool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:1/none?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -103,6 +103,7 @@ type Store struct {
 	sqlClaim, sqlTryClaim, sqlConfirm, sqlRelease, sqlRenew, sqlIsConfirmed, sqlPurge string
 
 	sqlTryClaimBatch, sqlConfirmBatch, sqlReleaseBatch string
+	batchMode                                          pgx.QueryExecMode // see batchExecMode
 }
 
 // New returns a store on table in pool. table is a plain identifier
@@ -145,6 +146,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Op
 		table:    ident.Sanitize(),
 		index:    pgx.Identifier{m[2] + postgresIndexSuffix}.Sanitize(),
 	}
+	cc := pool.Config().ConnConfig
+	p.batchMode = batchExecMode(cc.DefaultQueryExecMode, cc.DescriptionCacheCapacity)
 	p.buildSQL()
 	p.buildBatchSQL()
 	return p, nil

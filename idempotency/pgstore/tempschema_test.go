@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/pgstore"
 )
@@ -19,7 +17,7 @@ import (
 func TestPostgresTempSchemaRefused(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"pg_temp.x", "PG_TEMP.x", "pg_temp_3.x", "pg_toast_temp_12.x", "Pg_Temp_0.t"} {
-		_, err := pgstore.New(ctx, &pgxpool.Pool{}, name, idempotency.Options{})
+		_, err := pgstore.New(ctx, idlePool(t), name, idempotency.Options{})
 		if err == nil || !strings.Contains(err.Error(), "temporary schema") {
 			t.Errorf("New(%q) = %v; want a temporary-schema error", name, err)
 		}
@@ -29,7 +27,7 @@ func TestPostgresTempSchemaRefused(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"pg_temporary.x", "my_pg_temp.x", "pg_temp", "public.pg_temp"} {
-		if _, err := pgstore.New(ctx, &pgxpool.Pool{}, name, idempotency.Options{}); err != nil {
+		if _, err := pgstore.New(ctx, idlePool(t), name, idempotency.Options{}); err != nil {
 			t.Errorf("New(%q) = %v", name, err)
 		}
 	}
