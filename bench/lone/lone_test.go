@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/receiver"
 )
@@ -58,6 +59,57 @@ func BenchmarkLone(b *testing.B) {
 				b.ReportMetric(float64(d.single+d.batches)/float64(n), "storecalls/op")
 				if d.batches > 0 {
 					b.ReportMetric(float64(d.batchKeys)/float64(d.batches), "keys/batch")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkLoneStoreCalls splits what BenchmarkLone's grouped mode adds:
+// one op is a try-claim and a confirm of a new key sent straight to the
+// store, without a receiver or idempotency.Group, as batch calls of one
+// key (batch, what Group sends for a lone delivery) or as the single-key
+// calls (single, what StoreBatch 1 sends). batch − single is what the
+// batch statements cost a lone key; the rest of BenchmarkLone's grouped −
+// single is Group's hand-off to its batching goroutine and back.
+func BenchmarkLoneStoreCalls(b *testing.B) {
+	for _, st := range storeTargets {
+		for _, mode := range []string{"batch", single} {
+			b.Run(st.name+"/"+mode, func(b *testing.B) {
+				s := st.open(b)
+				ctx := context.Background()
+				ks := newKeys()
+				keys := make([]idempotency.Key, 1)
+				res := make([]idempotency.ClaimResult, 1)
+				claims := make([]idempotency.Claim, 1)
+				errs := make([]error, 1)
+				pair := func() {
+					k := idempotency.Key{Namespace: queue, ID: ks.next()}
+					if mode == single {
+						out, c, err := s.TryClaim(ctx, k)
+						if err != nil || out != idempotency.Claimed {
+							b.Fatalf("TryClaim(%s) = %v, %v", k.ID, out, err)
+						}
+						if err := s.Confirm(ctx, c); err != nil {
+							b.Fatalf("Confirm(%s): %v", k.ID, err)
+						}
+						return
+					}
+					keys[0] = k
+					if err := s.TryClaimBatch(ctx, keys, res); err != nil || res[0].Err != nil || res[0].Outcome != idempotency.Claimed {
+						b.Fatalf("TryClaimBatch(%s) = %+v, %v", k.ID, res[0], err)
+					}
+					claims[0] = res[0].Claim
+					if err := s.ConfirmBatch(ctx, claims, errs); err != nil || errs[0] != nil {
+						b.Fatalf("ConfirmBatch(%s): %v, %v", k.ID, err, errs[0])
+					}
+				}
+				for range warmup {
+					pair()
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					pair()
 				}
 			})
 		}
