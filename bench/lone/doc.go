@@ -21,6 +21,13 @@
 // delivery: a try-claim and a confirm) and, when grouped, keys/batch
 // (1.00: every batch was lone).
 //
+// BenchmarkLoneStoreCalls/<store>/<batch|single> splits grouped's share:
+// a lone key's try-claim and confirm sent straight to the store as batch
+// calls of one key (what Group sends for a lone delivery) or as the
+// single-key calls. batch − single is the batch statements' cost for one
+// key; the rest of grouped − single is Group's hand-off to its batching
+// goroutine and back.
+//
 // BenchmarkLoneInbox/<db>/<mode> does the same with the transactional
 // inbox as the durable tier: package inbox on SQLite (database/sql) and
 // package inbox/pgxinbox on PostgreSQL. Mode grouped is the inbox's
