@@ -68,7 +68,7 @@ var layers = map[string]float64{
 	"stompconsumer": 6, "rabbitconsumer": 6,
 	// Tools.
 	"internal/benchkit": 8, "tune": 9, "bench": 9, "brokermodel": 9,
-	"bench/e2e": 9, "bench/e2e/cmd/e2e": 9.5, "internal/crashtest": 9, "internal/failovertest": 9,
+	"bench/e2e": 9, "bench/e2e/cmd/e2e": 9.5, "bench/lone": 9, "internal/crashtest": 9, "internal/failovertest": 9,
 	"cmd/msgaudit": 10,
 }
 
