@@ -324,3 +324,54 @@ func TestOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestUnsubscribeUnread checks that ending a subscription whose messages
+// nobody reads any more returns: with sub.C full, go-stomp's Unsubscribe
+// alone never does (its receipt is queued behind the unread messages, and
+// when its wait times out it blocks putting an error on sub.C).
+func TestUnsubscribeUnread(t *testing.T) {
+	o := services(t)
+	p, err := newPlan(Options{StompAddr: o.StompAddr, Brokers: []string{STOMP}, Variants: []string{"bare"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &stompBroker{addr: o.StompAddr}
+	n := p.names(variant{STOMP, "unsubscribe", bare}, 1)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.cleanup(cctx, n); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.preload(ctx, n, 100, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.MustDisconnect()
+	sub, err := c.Subscribe(queueDest(n), stomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(sub.C) < cap(sub.C) { // the state drain and browse leave behind when they return early
+		if ctx.Err() != nil {
+			t.Fatalf("only %d of %d messages buffered in sub.C", len(sub.C), cap(sub.C))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() { done <- unsubscribe(sub) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("unsubscribe: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("unsubscribe of a subscription with unread messages still blocked after 10 s")
+	}
+}
