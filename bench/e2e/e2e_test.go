@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,7 @@ func TestE2E(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 	}
+	_, haveProc := readProcs()
 	if len(rep.Samples) != len(allVariants) {
 		t.Fatalf("%d samples, want one per variant (%d)", len(rep.Samples), len(allVariants))
 	}
@@ -47,6 +49,13 @@ func TestE2E(t *testing.T) {
 		if s.Broker != v.broker || s.Variant != v.name || s.Round != 1 || s.Messages != 200 || !(s.Rate > 0) || !(s.Seconds > 0) {
 			t.Errorf("sample %d = %+v, want variant %s, round 1, 200 messages, a positive rate", i, s, v.id())
 		}
+		if !haveProc {
+			continue
+		}
+		m := s.Machine
+		if m == nil || (m.Store != nil) != (v.needs() != "") || !(m.BusyPct >= 0 && m.BusyPct <= 100) || m.Broker < 0 || m.Other < 0 {
+			t.Errorf("sample %d (%s): machine CPU %+v, want one with a store figure iff the variant uses a server, busy within 0–100%%", i, v.id(), m)
+		}
 	}
 	var md bytes.Buffer
 	if err := rep.Markdown(&md); err != nil {
@@ -54,6 +63,9 @@ func TestE2E(t *testing.T) {
 	}
 	if rows := strings.Count(md.String(), "\n| "); rows != len(allVariants)+1 {
 		t.Errorf("Markdown has %d table lines, want a header and %d rows:\n%s", rows, len(allVariants), md.String())
+	}
+	if haveProc && !strings.Contains(md.String(), "| machine busy |") {
+		t.Errorf("Markdown has no machine columns:\n%s", md.String())
 	}
 	var js bytes.Buffer
 	if err := rep.JSON(&js); err != nil {
@@ -239,29 +251,56 @@ func TestInFlight(t *testing.T) {
 // TestSummarize checks the rows: median and range over rounds, and the ratio
 // to the bare client of the same broker and round.
 func TestSummarize(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
 	r := &Report{Samples: []Sample{
-		{Broker: STOMP, Variant: "bare", Round: 1, Rate: 1000, CPUMicros: 10},
-		{Broker: STOMP, Variant: "redis", Round: 1, Rate: 500, CPUMicros: 40},
-		{Broker: STOMP, Variant: "bare", Round: 2, Rate: 2000, CPUMicros: 12},
-		{Broker: STOMP, Variant: "redis", Round: 2, Rate: 600, CPUMicros: 30},
-		{Broker: STOMP, Variant: "bare", Round: 3, Rate: 1500, CPUMicros: 11},
-		{Broker: STOMP, Variant: "redis", Round: 3, Rate: 900, CPUMicros: 20},
+		{Broker: STOMP, Variant: "bare", Round: 1, Rate: 1000, CPUMicros: 10, Machine: &MachineCPU{Broker: 50, Other: 1, BusyPct: 90}},
+		{Broker: STOMP, Variant: "redis", Round: 1, Rate: 500, CPUMicros: 40, Machine: &MachineCPU{Broker: 60, Store: f(20), Other: 2, BusyPct: 99}},
+		{Broker: STOMP, Variant: "bare", Round: 2, Rate: 2000, CPUMicros: 12, Machine: &MachineCPU{Broker: 40, Other: 3, BusyPct: 80}},
+		{Broker: STOMP, Variant: "redis", Round: 2, Rate: 600, CPUMicros: 30, Machine: &MachineCPU{Broker: 70, Store: f(10), Other: 1, BusyPct: 97}},
+		{Broker: STOMP, Variant: "bare", Round: 3, Rate: 1500, CPUMicros: 11, Machine: &MachineCPU{Broker: 45, Other: 2, BusyPct: 85}},
+		{Broker: STOMP, Variant: "redis", Round: 3, Rate: 900, CPUMicros: 20, Machine: &MachineCPU{Broker: 65, Store: f(30), Other: 3, BusyPct: 98}},
 		{Broker: AMQP, Variant: "bare", Round: 1, Rate: 4000},
 		{Broker: AMQP, Variant: "redis", Round: 1, Rate: 1000},
 	}}
 	r.summarize()
 	want := []Row{
-		{STOMP, "bare", 3, 1500, 1000, 2000, 1, 11},
-		{STOMP, "redis", 3, 600, 500, 900, 0.5, 30}, // ratios 0.5, 0.3, 0.6
-		{AMQP, "bare", 1, 4000, 4000, 4000, 1, 0},
-		{AMQP, "redis", 1, 1000, 1000, 1000, 0.25, 0},
+		{STOMP, "bare", 3, 1500, 1000, 2000, 1, 11, &MachineCPU{Broker: 45, Other: 2, BusyPct: 85}},
+		{STOMP, "redis", 3, 600, 500, 900, 0.5, 30, &MachineCPU{Broker: 65, Store: f(20), Other: 2, BusyPct: 98}}, // ratios 0.5, 0.3, 0.6
+		{AMQP, "bare", 1, 4000, 4000, 4000, 1, 0, nil},
+		{AMQP, "redis", 1, 1000, 1000, 1000, 0.25, 0, nil},
 	}
 	if len(r.Rows) != len(want) {
 		t.Fatalf("rows %+v, want %+v", r.Rows, want)
 	}
+	machine := func(m *MachineCPU) string {
+		if m == nil {
+			return "<nil>"
+		}
+		st := "<nil>"
+		if m.Store != nil {
+			st = fmt.Sprint(*m.Store)
+		}
+		return fmt.Sprintf("{broker %v store %s other %v busy %v}", m.Broker, st, m.Other, m.BusyPct)
+	}
 	for i := range want {
-		if r.Rows[i] != want[i] {
-			t.Errorf("row %d = %+v, want %+v", i, r.Rows[i], want[i])
+		got, w := r.Rows[i], want[i]
+		gm, wm := machine(got.Machine), machine(w.Machine)
+		got.Machine, w.Machine = nil, nil
+		if got != w || gm != wm {
+			t.Errorf("row %d = %+v %s, want %+v %s", i, got, gm, w, wm)
+		}
+	}
+	var md strings.Builder
+	if err := r.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"| ActiveMQ (STOMP) | msgaudit, Redis store | 600 | 500–900 | 0.50 | 30.0 | 65.0 | 20.0 | 2.0 | 98% |",
+		"| ActiveMQ (STOMP) | bare go-stomp client, ack:client-individual | 1,500 | 1,000–2,000 | 1.00 | 11.0 | 45.0 | – | 2.0 | 85% |",
+		"| RabbitMQ (AMQP) | msgaudit, Redis store | 1,000 | 1,000–1,000 | 0.25 | 0.0 | | | | |",
+	} {
+		if !strings.Contains(md.String(), line+"\n") {
+			t.Errorf("Markdown lacks %q:\n%s", line, md.String())
 		}
 	}
 }
