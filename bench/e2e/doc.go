@@ -77,6 +77,12 @@
 // figures. The table shows the median over the rounds of each; the JSON
 // samples also hold the time per process name and the listeners' pids.
 //
+// Options.StoreBatch and StoreLinger, when set, configure the grouping of
+// store calls (receiver.Config.StoreBatch and StoreLinger) for the variants
+// with a store; the run then builds their receiver.Receiver itself, with the
+// fields the consumers would use, and the header line of the table names
+// them.
+//
 // Run the whole thing with bench/e2e.sh (flags: go run ./bench/e2e/cmd/e2e
 // -h); TestE2E runs it with 200 messages and one round against the services
 // the tests use.

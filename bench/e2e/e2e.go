@@ -138,6 +138,16 @@ type Options struct {
 	Dir string
 	// Timeout bounds one variant's consumption; default 10 minutes.
 	Timeout time.Duration
+	// StoreBatch and StoreLinger are the receiver.Config fields of the
+	// same names for the variants with an idempotency store (memory,
+	// redis, postgres, sqlite, sqlite-full): the largest group of store
+	// calls and how long one may wait for others. 0 means the receiver's
+	// default; when either is set, the run builds those variants'
+	// receiver.Receiver itself, as the consumers would, with these two
+	// fields added, and passes it as the consumers' Config.Receiver. The
+	// audit-only and inbox variants have no store and ignore them.
+	StoreBatch  int
+	StoreLinger time.Duration
 	// Progress receives a line per measurement; nil discards them.
 	Progress io.Writer
 }
@@ -171,6 +181,9 @@ func newPlan(o Options) (*plan, error) {
 	}
 	if o.InFlight < 0 {
 		return nil, fmt.Errorf("%w: InFlight is %d, must not be negative", ErrOptions, o.InFlight)
+	}
+	if o.StoreBatch < 0 || o.StoreLinger < 0 {
+		return nil, fmt.Errorf("%w: StoreBatch %d and StoreLinger %v must not be negative", ErrOptions, o.StoreBatch, o.StoreLinger)
 	}
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("%w: Timeout is %v, must not be negative", ErrOptions, o.Timeout)

@@ -77,6 +77,32 @@ func TestE2E(t *testing.T) {
 	}
 }
 
+// TestStoreGrouping runs the store variants with StoreBatch and
+// StoreLinger set, through the receiver the run builds itself, against the
+// real brokers, and checks that the table's header names them.
+func TestStoreGrouping(t *testing.T) {
+	o := services(t)
+	o.Messages, o.Rounds, o.Timeout, o.Dir = 200, 1, 30*time.Second, t.TempDir()
+	o.Variants = []string{"memory", "redis", "sqlite", "inbox-sqlite"}
+	o.StoreBatch, o.StoreLinger = 4, time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rep.Samples) != 9 { // 2 bare clients, memory on STOMP only
+		t.Errorf("%d samples, want 9", len(rep.Samples))
+	}
+	var md strings.Builder
+	if err := rep.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "StoreBatch 4, StoreLinger 1ms;") {
+		t.Errorf("header does not name the store grouping:\n%s", md.String())
+	}
+}
+
 // TestVerifyEmptyCountsUnacknowledged checks that the verification after a
 // measurement sees messages left on a queue, delivered but unacknowledged
 // ones included, so a variant that loses an ack cannot pass, and that
@@ -200,6 +226,8 @@ func TestNewPlan(t *testing.T) {
 		{"negative messages", with(func(o *Options) { o.Messages = -1 }), nil, "Messages is -1"},
 		{"negative timeout", with(func(o *Options) { o.Timeout = -time.Second }), nil, "Timeout is -1s"},
 		{"negative in-flight", with(func(o *Options) { o.InFlight = -1 }), nil, "InFlight is -1"},
+		{"negative store batch", with(func(o *Options) { o.StoreBatch = -1 }), nil, "StoreBatch -1"},
+		{"negative store linger", with(func(o *Options) { o.StoreLinger = -time.Millisecond }), nil, "StoreLinger -1ms"},
 		{"missing Redis", with(func(o *Options) { o.RedisURL = "" }), nil, "stomp/redis needs RedisURL"},
 		{"missing Redis, not needed", with(func(o *Options) { o.RedisURL = ""; o.Variants = []string{"sqlite"}; o.Brokers = []string{STOMP} }),
 			[]string{"stomp/bare", "stomp/sqlite"}, ""},
@@ -302,6 +330,31 @@ func TestSummarize(t *testing.T) {
 		if !strings.Contains(md.String(), line+"\n") {
 			t.Errorf("Markdown lacks %q:\n%s", line, md.String())
 		}
+	}
+}
+
+// TestMarkdownHeader checks that the header line names the store grouping
+// and the CPU profile when set, and that without /proc figures the table
+// has no machine columns.
+func TestMarkdownHeader(t *testing.T) {
+	r := &Report{Messages: 10, Rounds: 1, StoreBatch: 8, StoreLinger: 2 * time.Millisecond, CPUProfile: "cpu.out",
+		Rows: []Row{{Broker: STOMP, Variant: "bare", Rounds: 1}}}
+	var md strings.Builder
+	if err := r.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"InFlight 0, StoreBatch 8, StoreLinger 2ms;", "CPU profile of the run: cpu.out.", "| client CPU µs/msg |\n|---"} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("Markdown lacks %q:\n%s", s, md.String())
+		}
+	}
+	r.StoreBatch, r.StoreLinger, r.CPUProfile = 0, 0, ""
+	md.Reset()
+	if err := r.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if s := md.String(); strings.Contains(s, "Store") || strings.Contains(s, "profile") {
+		t.Errorf("Markdown names unset options:\n%s", s)
 	}
 }
 

@@ -26,6 +26,14 @@ type Report struct {
 	// InFlight is the consumers' pipeline depth: Options.InFlight, or the
 	// consumers' default for Concurrency and Prefetch.
 	InFlight int `json:"in_flight"`
+	// StoreBatch and StoreLinger are Options.StoreBatch and StoreLinger
+	// (0: the receiver's defaults).
+	StoreBatch  int           `json:"store_batch,omitempty"`
+	StoreLinger time.Duration `json:"store_linger_ns,omitempty"`
+	// CPUProfile names the file a CPU profile of the whole run went to
+	// ("" for none); the caller that profiled the run sets it. Profiling
+	// adds to the client's CPU time.
+	CPUProfile string `json:"cpu_profile,omitempty"`
 	// The machine: logical CPUs, the CPU model (from /proc/cpuinfo, "" where
 	// unknown) and the Go version.
 	CPUs      int    `json:"cpus"`
@@ -68,6 +76,8 @@ func newReport(p *plan) *Report {
 		Concurrency: p.Concurrency,
 		Prefetch:    p.Prefetch,
 		InFlight:    p.inFlight(),
+		StoreBatch:  p.StoreBatch,
+		StoreLinger: p.StoreLinger,
 		CPUs:        runtime.NumCPU(),
 		CPUModel:    cpuModel(),
 		GoVersion:   runtime.Version(),
@@ -225,8 +235,18 @@ func variantTitle(b, v string) string {
 // the parameters and the machine.
 func (r *Report) Markdown(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d persistent messages of %d bytes per variant and round, %d round(s) interleaved; msgaudit: Concurrency %d, Prefetch %d, InFlight %d; bare clients: prefetch %d, one goroutine. %d CPUs (%s), %s, %s.",
-		r.Messages, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.InFlight, r.Prefetch, r.CPUs, orUnknown(r.CPUModel), r.GoVersion, r.Date.Format("2006-01-02 15:04 MST"))
+	extra := ""
+	if r.StoreBatch != 0 {
+		extra += fmt.Sprintf(", StoreBatch %d", r.StoreBatch)
+	}
+	if r.StoreLinger != 0 {
+		extra += fmt.Sprintf(", StoreLinger %v", r.StoreLinger)
+	}
+	fmt.Fprintf(&b, "%d persistent messages of %d bytes per variant and round, %d round(s) interleaved; msgaudit: Concurrency %d, Prefetch %d, InFlight %d%s; bare clients: prefetch %d, one goroutine. %d CPUs (%s), %s, %s.",
+		r.Messages, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.InFlight, extra, r.Prefetch, r.CPUs, orUnknown(r.CPUModel), r.GoVersion, r.Date.Format("2006-01-02 15:04 MST"))
+	if r.CPUProfile != "" {
+		fmt.Fprintf(&b, " CPU profile of the run: %s.", r.CPUProfile)
+	}
 	b.WriteString("\n\n")
 	machine := slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Machine != nil })
 	if machine {

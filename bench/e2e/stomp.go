@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/receiver"
 	"github.com/acemq/msgaudit/stompconsumer"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
@@ -73,7 +75,7 @@ func (b *stompBroker) consume(ctx context.Context, p *plan, v variant, n names, 
 		err := b.bare(ctx, p, n, cnt)
 		return cnt.handled(), err
 	}
-	c, err := stompconsumer.New(stompconsumer.Config{
+	cfg := stompconsumer.Config{
 		Addresses:             []string{b.addr},
 		Prefetch:              p.Prefetch,
 		Concurrency:           p.Concurrency,
@@ -87,7 +89,18 @@ func (b *stompBroker) consume(ctx context.Context, p *plan, v variant, n names, 
 			Destination: queueDest(n),
 			Handler:     be.handler(cnt.inc),
 		}},
-	})
+	}
+	if be.store != nil && p.groupsStore() {
+		a, err := connaudit.New(connaudit.Options{}) // the consumer's default audit
+		if err != nil {
+			return 0, err
+		}
+		if cfg.Receiver, err = p.receiver(be, receiver.ConnAudit(a)); err != nil {
+			return 0, err
+		}
+		cfg.Store = nil
+	}
+	c, err := stompconsumer.New(cfg)
 	if err != nil {
 		return 0, err
 	}
