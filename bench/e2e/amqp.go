@@ -90,7 +90,7 @@ func (b *amqpBroker) consume(ctx context.Context, p *plan, v variant, n names, b
 	if err != nil {
 		return 0, err
 	}
-	c, err := rabbitconsumer.New(rabbitconsumer.Config{
+	cfg := rabbitconsumer.Config{
 		URL:            b.url,
 		Queue:          n.queue,
 		Handler:        be.handler(cnt.inc),
@@ -102,7 +102,14 @@ func (b *amqpBroker) consume(ctx context.Context, p *plan, v variant, n names, b
 		Inbox:          be.inbox,
 		MemoryOnly:     be.store == nil && be.inbox == nil, // the audit-only variant, on purpose
 		ConnectRetries: 1,
-	})
+	}
+	if be.store != nil && p.groupsStore() {
+		if cfg.Receiver, err = p.receiver(be, cfg.Audit); err != nil {
+			return 0, err
+		}
+		cfg.Store = nil
+	}
+	c, err := rabbitconsumer.New(cfg)
 	if err != nil {
 		return 0, err
 	}

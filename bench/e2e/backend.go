@@ -190,3 +190,20 @@ func (p *plan) deleteRedisPrefix(ctx context.Context, prefix string) error {
 	}
 	return nil
 }
+
+// groupsStore reports whether Options.StoreBatch or StoreLinger is set.
+func (p *plan) groupsStore() bool { return p.StoreBatch != 0 || p.StoreLinger != 0 }
+
+// receiver returns the duplicate pipeline the run builds itself for a
+// variant with a store when groupsStore: the Receiver the consumers build
+// from their Config (audit, the store, Concurrency handlers, every other
+// field at its default), with Options.StoreBatch and StoreLinger added.
+func (p *plan) receiver(be *backend, audit receiver.Auditor) (*receiver.Receiver, error) {
+	return receiver.New(receiver.Config{
+		Audit:       audit,
+		Store:       be.store,
+		StoreBatch:  p.StoreBatch,
+		StoreLinger: p.StoreLinger,
+		Handlers:    p.Concurrency,
+	})
+}

@@ -44,6 +44,45 @@
 // getrusage) is reported next to the rate. It includes in-process SQLite,
 // but not the work of the brokers, Redis or PostgreSQL.
 //
+// Where there is a /proc (Linux), every measurement also reads the CPU time
+// (utime+stime, every thread; not the time of reaped children) of every
+// process on the machine from /proc/<pid>/stat, just before the clock
+// starts and just after it stops, and /proc/stat's aggregate line inside
+// those two readings; the readings themselves (a few ms for ~120 processes
+// on a slow-syscall VM) are outside the clock. A process counts with its
+// time at the second reading minus that at the first (a pid and start time
+// name it, so a reused pid is another process); one that starts in between
+// counts with all its time, one that ends in between counts for nothing.
+// The time is sorted, per message (MachineCPU), into:
+//
+//   - broker: the process listening on the broker's TCP port (found from
+//     /proc/net/tcp{,6} and /proc/<pid>/fd before pre-loading; ActiveMQ's
+//     java, RabbitMQ's beam.smp) and its descendants (RabbitMQ's
+//     erl_child_setup and inet_gethost). Where no listener is found, every
+//     process named java (STOMP) or beam.smp (AMQP).
+//   - store: for the variants with a server (redis, postgres,
+//     inbox-postgres), the process listening on the store URL's port and
+//     its descendants, so PostgreSQL's backends, whether they live through
+//     the variant (the pool's connections) or not; the fallback is every
+//     redis-server or postgres process. None for the others: SQLite's work
+//     is in the client's figure.
+//   - other: every other process but this one, the other broker and idle
+//     services included.
+//   - machine busy: user+nice+system+irq+softirq+steal over that plus idle
+//     and iowait, summed over the CPUs, between the two readings of
+//     /proc/stat, in percent.
+//
+// The kernel's clock tick (USER_HZ, 100 Hz) is the resolution of every
+// process figure: 10 ms of CPU each, so short measurements give coarse
+// figures. The table shows the median over the rounds of each; the JSON
+// samples also hold the time per process name and the listeners' pids.
+//
+// Options.StoreBatch and StoreLinger, when set, configure the grouping of
+// store calls (receiver.Config.StoreBatch and StoreLinger) for the variants
+// with a store; the run then builds their receiver.Receiver itself, with the
+// fields the consumers would use, and the header line of the table names
+// them.
+//
 // Run the whole thing with bench/e2e.sh (flags: go run ./bench/e2e/cmd/e2e
 // -h); TestE2E runs it with 200 messages and one round against the services
 // the tests use.

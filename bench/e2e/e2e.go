@@ -138,6 +138,16 @@ type Options struct {
 	Dir string
 	// Timeout bounds one variant's consumption; default 10 minutes.
 	Timeout time.Duration
+	// StoreBatch and StoreLinger are the receiver.Config fields of the
+	// same names for the variants with an idempotency store (memory,
+	// redis, postgres, sqlite, sqlite-full): the largest group of store
+	// calls and how long one may wait for others. 0 means the receiver's
+	// default; when either is set, the run builds those variants'
+	// receiver.Receiver itself, as the consumers would, with these two
+	// fields added, and passes it as the consumers' Config.Receiver. The
+	// audit-only and inbox variants have no store and ignore them.
+	StoreBatch  int
+	StoreLinger time.Duration
 	// Progress receives a line per measurement; nil discards them.
 	Progress io.Writer
 }
@@ -171,6 +181,9 @@ func newPlan(o Options) (*plan, error) {
 	}
 	if o.InFlight < 0 {
 		return nil, fmt.Errorf("%w: InFlight is %d, must not be negative", ErrOptions, o.InFlight)
+	}
+	if o.StoreBatch < 0 || o.StoreLinger < 0 {
+		return nil, fmt.Errorf("%w: StoreBatch %d and StoreLinger %v must not be negative", ErrOptions, o.StoreBatch, o.StoreLinger)
 	}
 	if o.Timeout < 0 {
 		return nil, fmt.Errorf("%w: Timeout is %v, must not be negative", ErrOptions, o.Timeout)
@@ -255,6 +268,53 @@ type Sample struct {
 	// CPUMicros is this process's user+system CPU time per message, in
 	// microseconds (0 where getrusage is not available).
 	CPUMicros float64 `json:"cpu_us_per_msg"`
+	// Machine is the CPU time every process on the machine spent during
+	// the measurement, from /proc; nil where /proc is not available.
+	Machine *MachineCPU `json:"machine_cpu,omitempty"`
+}
+
+// MachineCPU is the CPU time of the machine's processes during one
+// measurement (in a Row, the median over its rounds of each field), in CPU
+// µs per message: user plus system time of every thread, from
+// /proc/<pid>/stat read just before the clock starts and just after it
+// stops. A process's figure is its time at the second reading minus its
+// time at the first; one that starts in between counts with all its time at
+// the second reading, one that ends in between counts for nothing (its time
+// after the first reading is lost, as is the time of children it reaped:
+// /proc's cutime is not counted). The resolution is the kernel's clock
+// tick, 10 ms per process.
+type MachineCPU struct {
+	// Broker is the broker's processes: the one listening on the broker's
+	// port (ActiveMQ's java, RabbitMQ's beam.smp) and its descendants,
+	// or, where no listener is found, every process named java (STOMP) or
+	// beam.smp (AMQP).
+	Broker float64 `json:"broker_us_per_msg"`
+	// Store is the store's server, for the variants that use one: the
+	// process listening on the Redis or PostgreSQL URL's port and its
+	// descendants (PostgreSQL's backends are children of the postmaster),
+	// or, where no listener is found, every redis-server or postgres
+	// process. nil for the variants without a server (SQLite runs in this
+	// process).
+	Store *float64 `json:"store_us_per_msg,omitempty"`
+	// Other is every other process except this one, whose time is
+	// Sample.CPUMicros (getrusage): the other broker, idle services, the
+	// kernel's threads.
+	Other float64 `json:"other_us_per_msg"`
+	// BusyPct is the share of the machine's CPU time (every CPU) that was
+	// busy between the two readings of /proc/stat's aggregate line:
+	// user+nice+system+irq+softirq+steal over that plus idle and iowait,
+	// in percent.
+	BusyPct float64 `json:"machine_busy_pct"`
+	// ByName is every process name (comm) that spent CPU time, this
+	// process included, in µs per message; samples only.
+	ByName map[string]float64 `json:"by_name_us_per_msg,omitempty"`
+	// BrokerPIDs and StorePIDs are the listeners found on the broker's and
+	// the store's port (empty: attributed by name); samples only.
+	BrokerPIDs []int `json:"broker_pids,omitempty"`
+	StorePIDs  []int `json:"store_pids,omitempty"`
+	// ReadMicros is how long the second reading of every process took, in
+	// µs (outside the clock, like the first); samples only.
+	ReadMicros float64 `json:"proc_read_us,omitempty"`
 }
 
 // Run pre-loads, consumes and verifies every chosen variant in every round,
@@ -283,8 +343,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				rep.summarize()
 				return rep, fmt.Errorf("e2e: %s, round %d: %w", v.id(), round, err)
 			}
-			fmt.Fprintf(p.Progress, "round %d %-22s %8d msgs %7.2fs %9.0f msgs/s %6.1f µs CPU/msg\n",
-				round, v.id(), s.Messages, s.Seconds, s.Rate, s.CPUMicros)
+			fmt.Fprintf(p.Progress, "round %d %-22s %8d msgs %7.2fs %9.0f msgs/s %6.1f µs CPU/msg%s\n",
+				round, v.id(), s.Messages, s.Seconds, s.Rate, s.CPUMicros, s.Machine.progress())
 			rep.Samples = append(rep.Samples, s)
 		}
 	}
@@ -353,12 +413,19 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 			err = errors.Join(err, be.close(cctx))
 		}()
 	}
+	broker, store := p.servers(v)
 	runtime.GC()
+	// /proc is read outside the clock: every process, then the machine's
+	// aggregate, before it starts; the reverse after it stops.
+	procs0, haveProcs := readProcs()
+	stat0, haveStat := readCPUStat()
 	cpu0, _ := cpuTime()
 	start := time.Now()
 	handled, err := b.consume(ctx, p, v, n, be)
 	elapsed := time.Since(start)
 	cpu1, _ := cpuTime()
+	stat1, _ := readCPUStat()
+	procs1, haveProcs1 := readProcs()
 	if err != nil {
 		return s, fmt.Errorf("consuming: %w (handled %d of %d)", err, handled, p.Messages)
 	}
@@ -368,7 +435,7 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 	if err := b.verifyEmpty(ctx, n); err != nil {
 		return s, fmt.Errorf("after consuming: %w", err)
 	}
-	return Sample{
+	s = Sample{
 		Broker:    v.broker,
 		Variant:   v.name,
 		Round:     round,
@@ -376,7 +443,72 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 		Seconds:   elapsed.Seconds(),
 		Rate:      float64(p.Messages) / elapsed.Seconds(),
 		CPUMicros: float64(cpu1-cpu0) / float64(time.Microsecond) / float64(p.Messages),
-	}, nil
+	}
+	if haveProcs && haveProcs1 && haveStat {
+		s.Machine = machineCPU(procs0, procs1, stat0, stat1, broker, store, os.Getpid(), p.Messages)
+	}
+	return s, nil
+}
+
+// servers returns the processes a variant's broker and store server run
+// as; store is nil for a variant without a server.
+func (p *plan) servers(v variant) (broker, store *server) {
+	if v.broker == STOMP {
+		broker = findServer("java", addrPort(p.StompAddr))
+	} else {
+		broker = findServer("beam.smp", urlPort(p.AMQPURL, 5672))
+	}
+	switch v.needs() {
+	case "RedisURL":
+		store = findServer("redis-server", urlPort(p.RedisURL, 6379))
+	case "PostgresURL":
+		store = findServer("postgres", urlPort(p.PostgresURL, 5432))
+	}
+	return broker, store
+}
+
+// machineCPU sorts the CPU time spent between two snapshots into the
+// broker's, the store server's, this process's (pid self, left out: its
+// figure is getrusage's) and the rest, per message.
+func machineCPU(p0, p1 *procSnapshot, s0, s1 cpuStat, broker, store *server, self, messages int) *MachineCPU {
+	per := func(ticks uint64) float64 { return float64(ticks) * 1e6 / clockTicks / float64(messages) }
+	m := &MachineCPU{ByName: map[string]float64{}, BrokerPIDs: broker.pids, ReadMicros: float64(p1.took) / float64(time.Microsecond)}
+	var bt, st, ot uint64
+	for k, d := range delta(p0, p1) {
+		ps := p1.procs[k]
+		m.ByName[ps.comm] += per(d)
+		switch {
+		case k.pid == self:
+		case broker.owns(p1, k.pid, ps.comm):
+			bt += d
+		case store.owns(p1, k.pid, ps.comm):
+			st += d
+		default:
+			ot += d
+		}
+	}
+	m.Broker, m.Other = per(bt), per(ot)
+	if store != nil {
+		x := per(st)
+		m.Store, m.StorePIDs = &x, store.pids
+	}
+	if s1.total > s0.total && s1.busy >= s0.busy {
+		m.BusyPct = 100 * float64(s1.busy-s0.busy) / float64(s1.total-s0.total)
+	}
+	return m
+}
+
+// progress is the machine's figures for a progress line, "" without them.
+func (m *MachineCPU) progress() string {
+	if m == nil {
+		return ""
+	}
+	st := ""
+	if m.Store != nil {
+		st = fmt.Sprintf(", store %.1f", *m.Store)
+	}
+	return fmt.Sprintf(" (broker %.1f%s, other %.1f µs/msg; machine %.0f%% busy; /proc read in %.1f ms)",
+		m.Broker, st, m.Other, m.BusyPct, m.ReadMicros/1000)
 }
 
 // broker is one broker's side of a measurement.

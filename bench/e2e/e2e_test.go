@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,7 @@ func TestE2E(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 	}
+	_, haveProc := readProcs()
 	if len(rep.Samples) != len(allVariants) {
 		t.Fatalf("%d samples, want one per variant (%d)", len(rep.Samples), len(allVariants))
 	}
@@ -46,6 +48,13 @@ func TestE2E(t *testing.T) {
 		v := allVariants[i]
 		if s.Broker != v.broker || s.Variant != v.name || s.Round != 1 || s.Messages != 200 || !(s.Rate > 0) || !(s.Seconds > 0) {
 			t.Errorf("sample %d = %+v, want variant %s, round 1, 200 messages, a positive rate", i, s, v.id())
+		}
+		if !haveProc {
+			continue
+		}
+		m := s.Machine
+		if m == nil || (m.Store != nil) != (v.needs() != "") || !(m.BusyPct >= 0 && m.BusyPct <= 100) || m.Broker < 0 || m.Other < 0 {
+			t.Errorf("sample %d (%s): machine CPU %+v, want one with a store figure iff the variant uses a server, busy within 0–100%%", i, v.id(), m)
 		}
 	}
 	var md bytes.Buffer
@@ -55,6 +64,9 @@ func TestE2E(t *testing.T) {
 	if rows := strings.Count(md.String(), "\n| "); rows != len(allVariants)+1 {
 		t.Errorf("Markdown has %d table lines, want a header and %d rows:\n%s", rows, len(allVariants), md.String())
 	}
+	if haveProc && !strings.Contains(md.String(), "| machine busy |") {
+		t.Errorf("Markdown has no machine columns:\n%s", md.String())
+	}
 	var js bytes.Buffer
 	if err := rep.JSON(&js); err != nil {
 		t.Fatal(err)
@@ -62,6 +74,32 @@ func TestE2E(t *testing.T) {
 	var back Report
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Rows) != len(allVariants) {
 		t.Errorf("JSON round trip: %v, %d rows, want %d", err, len(back.Rows), len(allVariants))
+	}
+}
+
+// TestStoreGrouping runs the store variants with StoreBatch and
+// StoreLinger set, through the receiver the run builds itself, against the
+// real brokers, and checks that the table's header names them.
+func TestStoreGrouping(t *testing.T) {
+	o := services(t)
+	o.Messages, o.Rounds, o.Timeout, o.Dir = 200, 1, 30*time.Second, t.TempDir()
+	o.Variants = []string{"memory", "redis", "sqlite", "inbox-sqlite"}
+	o.StoreBatch, o.StoreLinger = 4, time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rep.Samples) != 9 { // 2 bare clients, memory on STOMP only
+		t.Errorf("%d samples, want 9", len(rep.Samples))
+	}
+	var md strings.Builder
+	if err := rep.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "StoreBatch 4, StoreLinger 1ms;") {
+		t.Errorf("header does not name the store grouping:\n%s", md.String())
 	}
 }
 
@@ -188,6 +226,8 @@ func TestNewPlan(t *testing.T) {
 		{"negative messages", with(func(o *Options) { o.Messages = -1 }), nil, "Messages is -1"},
 		{"negative timeout", with(func(o *Options) { o.Timeout = -time.Second }), nil, "Timeout is -1s"},
 		{"negative in-flight", with(func(o *Options) { o.InFlight = -1 }), nil, "InFlight is -1"},
+		{"negative store batch", with(func(o *Options) { o.StoreBatch = -1 }), nil, "StoreBatch -1"},
+		{"negative store linger", with(func(o *Options) { o.StoreLinger = -time.Millisecond }), nil, "StoreLinger -1ms"},
 		{"missing Redis", with(func(o *Options) { o.RedisURL = "" }), nil, "stomp/redis needs RedisURL"},
 		{"missing Redis, not needed", with(func(o *Options) { o.RedisURL = ""; o.Variants = []string{"sqlite"}; o.Brokers = []string{STOMP} }),
 			[]string{"stomp/bare", "stomp/sqlite"}, ""},
@@ -239,30 +279,82 @@ func TestInFlight(t *testing.T) {
 // TestSummarize checks the rows: median and range over rounds, and the ratio
 // to the bare client of the same broker and round.
 func TestSummarize(t *testing.T) {
+	f := func(x float64) *float64 { return &x }
 	r := &Report{Samples: []Sample{
-		{Broker: STOMP, Variant: "bare", Round: 1, Rate: 1000, CPUMicros: 10},
-		{Broker: STOMP, Variant: "redis", Round: 1, Rate: 500, CPUMicros: 40},
-		{Broker: STOMP, Variant: "bare", Round: 2, Rate: 2000, CPUMicros: 12},
-		{Broker: STOMP, Variant: "redis", Round: 2, Rate: 600, CPUMicros: 30},
-		{Broker: STOMP, Variant: "bare", Round: 3, Rate: 1500, CPUMicros: 11},
-		{Broker: STOMP, Variant: "redis", Round: 3, Rate: 900, CPUMicros: 20},
+		{Broker: STOMP, Variant: "bare", Round: 1, Rate: 1000, CPUMicros: 10, Machine: &MachineCPU{Broker: 50, Other: 1, BusyPct: 90}},
+		{Broker: STOMP, Variant: "redis", Round: 1, Rate: 500, CPUMicros: 40, Machine: &MachineCPU{Broker: 60, Store: f(20), Other: 2, BusyPct: 99}},
+		{Broker: STOMP, Variant: "bare", Round: 2, Rate: 2000, CPUMicros: 12, Machine: &MachineCPU{Broker: 40, Other: 3, BusyPct: 80}},
+		{Broker: STOMP, Variant: "redis", Round: 2, Rate: 600, CPUMicros: 30, Machine: &MachineCPU{Broker: 70, Store: f(10), Other: 1, BusyPct: 97}},
+		{Broker: STOMP, Variant: "bare", Round: 3, Rate: 1500, CPUMicros: 11, Machine: &MachineCPU{Broker: 45, Other: 2, BusyPct: 85}},
+		{Broker: STOMP, Variant: "redis", Round: 3, Rate: 900, CPUMicros: 20, Machine: &MachineCPU{Broker: 65, Store: f(30), Other: 3, BusyPct: 98}},
 		{Broker: AMQP, Variant: "bare", Round: 1, Rate: 4000},
 		{Broker: AMQP, Variant: "redis", Round: 1, Rate: 1000},
 	}}
 	r.summarize()
 	want := []Row{
-		{STOMP, "bare", 3, 1500, 1000, 2000, 1, 11},
-		{STOMP, "redis", 3, 600, 500, 900, 0.5, 30}, // ratios 0.5, 0.3, 0.6
-		{AMQP, "bare", 1, 4000, 4000, 4000, 1, 0},
-		{AMQP, "redis", 1, 1000, 1000, 1000, 0.25, 0},
+		{STOMP, "bare", 3, 1500, 1000, 2000, 1, 11, &MachineCPU{Broker: 45, Other: 2, BusyPct: 85}},
+		{STOMP, "redis", 3, 600, 500, 900, 0.5, 30, &MachineCPU{Broker: 65, Store: f(20), Other: 2, BusyPct: 98}}, // ratios 0.5, 0.3, 0.6
+		{AMQP, "bare", 1, 4000, 4000, 4000, 1, 0, nil},
+		{AMQP, "redis", 1, 1000, 1000, 1000, 0.25, 0, nil},
 	}
 	if len(r.Rows) != len(want) {
 		t.Fatalf("rows %+v, want %+v", r.Rows, want)
 	}
-	for i := range want {
-		if r.Rows[i] != want[i] {
-			t.Errorf("row %d = %+v, want %+v", i, r.Rows[i], want[i])
+	machine := func(m *MachineCPU) string {
+		if m == nil {
+			return "<nil>"
 		}
+		st := "<nil>"
+		if m.Store != nil {
+			st = fmt.Sprint(*m.Store)
+		}
+		return fmt.Sprintf("{broker %v store %s other %v busy %v}", m.Broker, st, m.Other, m.BusyPct)
+	}
+	for i := range want {
+		got, w := r.Rows[i], want[i]
+		gm, wm := machine(got.Machine), machine(w.Machine)
+		got.Machine, w.Machine = nil, nil
+		if got != w || gm != wm {
+			t.Errorf("row %d = %+v %s, want %+v %s", i, got, gm, w, wm)
+		}
+	}
+	var md strings.Builder
+	if err := r.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"| ActiveMQ (STOMP) | msgaudit, Redis store | 600 | 500–900 | 0.50 | 30.0 | 65.0 | 20.0 | 2.0 | 98% |",
+		"| ActiveMQ (STOMP) | bare go-stomp client, ack:client-individual | 1,500 | 1,000–2,000 | 1.00 | 11.0 | 45.0 | – | 2.0 | 85% |",
+		"| RabbitMQ (AMQP) | msgaudit, Redis store | 1,000 | 1,000–1,000 | 0.25 | 0.0 | | | | |",
+	} {
+		if !strings.Contains(md.String(), line+"\n") {
+			t.Errorf("Markdown lacks %q:\n%s", line, md.String())
+		}
+	}
+}
+
+// TestMarkdownHeader checks that the header line names the store grouping
+// and the CPU profile when set, and that without /proc figures the table
+// has no machine columns.
+func TestMarkdownHeader(t *testing.T) {
+	r := &Report{Messages: 10, Rounds: 1, StoreBatch: 8, StoreLinger: 2 * time.Millisecond, CPUProfile: "cpu.out",
+		Rows: []Row{{Broker: STOMP, Variant: "bare", Rounds: 1}}}
+	var md strings.Builder
+	if err := r.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"InFlight 0, StoreBatch 8, StoreLinger 2ms;", "CPU profile of the run: cpu.out.", "| client CPU µs/msg |\n|---"} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("Markdown lacks %q:\n%s", s, md.String())
+		}
+	}
+	r.StoreBatch, r.StoreLinger, r.CPUProfile = 0, 0, ""
+	md.Reset()
+	if err := r.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if s := md.String(); strings.Contains(s, "Store") || strings.Contains(s, "profile") {
+		t.Errorf("Markdown names unset options:\n%s", s)
 	}
 }
 
@@ -322,5 +414,56 @@ func TestOrder(t *testing.T) {
 		if want := min(rounds, len(allVariants)); len(firsts) != want {
 			t.Errorf("rounds %d: %d different first variants, want %d", rounds, len(firsts), want)
 		}
+	}
+}
+
+// TestUnsubscribeUnread checks that ending a subscription whose messages
+// nobody reads any more returns: with sub.C full, go-stomp's Unsubscribe
+// alone never does (its receipt is queued behind the unread messages, and
+// when its wait times out it blocks putting an error on sub.C).
+func TestUnsubscribeUnread(t *testing.T) {
+	o := services(t)
+	p, err := newPlan(Options{StompAddr: o.StompAddr, Brokers: []string{STOMP}, Variants: []string{"bare"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &stompBroker{addr: o.StompAddr}
+	n := p.names(variant{STOMP, "unsubscribe", bare}, 1)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := b.cleanup(cctx, n); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.preload(ctx, n, 100, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.MustDisconnect()
+	sub, err := c.Subscribe(queueDest(n), stomp.AckAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(sub.C) < cap(sub.C) { // the state drain and browse leave behind when they return early
+		if ctx.Err() != nil {
+			t.Fatalf("only %d of %d messages buffered in sub.C", len(sub.C), cap(sub.C))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() { done <- unsubscribe(sub) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("unsubscribe: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("unsubscribe of a subscription with unread messages still blocked after 10 s")
 	}
 }

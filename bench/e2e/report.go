@@ -26,6 +26,14 @@ type Report struct {
 	// InFlight is the consumers' pipeline depth: Options.InFlight, or the
 	// consumers' default for Concurrency and Prefetch.
 	InFlight int `json:"in_flight"`
+	// StoreBatch and StoreLinger are Options.StoreBatch and StoreLinger
+	// (0: the receiver's defaults).
+	StoreBatch  int           `json:"store_batch,omitempty"`
+	StoreLinger time.Duration `json:"store_linger_ns,omitempty"`
+	// CPUProfile names the file a CPU profile of the whole run went to
+	// ("" for none); the caller that profiled the run sets it. Profiling
+	// adds to the client's CPU time.
+	CPUProfile string `json:"cpu_profile,omitempty"`
 	// The machine: logical CPUs, the CPU model (from /proc/cpuinfo, "" where
 	// unknown) and the Go version.
 	CPUs      int    `json:"cpus"`
@@ -53,6 +61,10 @@ type Row struct {
 	Ratio float64 `json:"ratio_to_bare"`
 	// CPUMicros is the median client CPU time per message, µs.
 	CPUMicros float64 `json:"cpu_us_per_msg"`
+	// Machine is the median over the rounds of each field of the samples'
+	// MachineCPU (Store over the rounds that have it); nil when no sample
+	// has one.
+	Machine *MachineCPU `json:"machine_cpu,omitempty"`
 }
 
 func newReport(p *plan) *Report {
@@ -64,6 +76,8 @@ func newReport(p *plan) *Report {
 		Concurrency: p.Concurrency,
 		Prefetch:    p.Prefetch,
 		InFlight:    p.inFlight(),
+		StoreBatch:  p.StoreBatch,
+		StoreLinger: p.StoreLinger,
 		CPUs:        runtime.NumCPU(),
 		CPUModel:    cpuModel(),
 		GoVersion:   runtime.Version(),
@@ -129,12 +143,16 @@ func (r *Report) summarize() {
 	r.Rows = r.Rows[:0]
 	for _, v := range allVariants {
 		var rates, ratios, cpus []float64
+		var machine []*MachineCPU
 		for _, s := range r.Samples {
 			if s.Broker != v.broker || s.Variant != v.name {
 				continue
 			}
 			rates = append(rates, s.Rate)
 			cpus = append(cpus, s.CPUMicros)
+			if s.Machine != nil {
+				machine = append(machine, s.Machine)
+			}
 			if b := bareRate[key{s.Broker, s.Round}]; b > 0 {
 				ratios = append(ratios, s.Rate/b)
 			}
@@ -151,8 +169,30 @@ func (r *Report) summarize() {
 			Max:       slices.Max(rates),
 			Ratio:     median(ratios),
 			CPUMicros: median(cpus),
+			Machine:   medianMachine(machine),
 		})
 	}
+}
+
+// medianMachine returns the median of each field of ms but the per-sample
+// details (Store over those that have it), nil for none.
+func medianMachine(ms []*MachineCPU) *MachineCPU {
+	if len(ms) == 0 {
+		return nil
+	}
+	var broker, store, other, busy []float64
+	for _, m := range ms {
+		broker, other, busy = append(broker, m.Broker), append(other, m.Other), append(busy, m.BusyPct)
+		if m.Store != nil {
+			store = append(store, *m.Store)
+		}
+	}
+	out := &MachineCPU{Broker: median(broker), Other: median(other), BusyPct: median(busy)}
+	if len(store) > 0 {
+		x := median(store)
+		out.Store = &x
+	}
+	return out
 }
 
 // brokerTitle names a broker in the table.
@@ -195,14 +235,41 @@ func variantTitle(b, v string) string {
 // the parameters and the machine.
 func (r *Report) Markdown(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d persistent messages of %d bytes per variant and round, %d round(s) interleaved; msgaudit: Concurrency %d, Prefetch %d, InFlight %d; bare clients: prefetch %d, one goroutine. %d CPUs (%s), %s, %s.\n\n",
-		r.Messages, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.InFlight, r.Prefetch, r.CPUs, orUnknown(r.CPUModel), r.GoVersion, r.Date.Format("2006-01-02 15:04 MST"))
-	b.WriteString("| Broker | Variant | msgs/s (median) | min–max | × bare (median) | client CPU µs/msg |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|\n")
+	extra := ""
+	if r.StoreBatch != 0 {
+		extra += fmt.Sprintf(", StoreBatch %d", r.StoreBatch)
+	}
+	if r.StoreLinger != 0 {
+		extra += fmt.Sprintf(", StoreLinger %v", r.StoreLinger)
+	}
+	fmt.Fprintf(&b, "%d persistent messages of %d bytes per variant and round, %d round(s) interleaved; msgaudit: Concurrency %d, Prefetch %d, InFlight %d%s; bare clients: prefetch %d, one goroutine. %d CPUs (%s), %s, %s.",
+		r.Messages, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.InFlight, extra, r.Prefetch, r.CPUs, orUnknown(r.CPUModel), r.GoVersion, r.Date.Format("2006-01-02 15:04 MST"))
+	if r.CPUProfile != "" {
+		fmt.Fprintf(&b, " CPU profile of the run: %s.", r.CPUProfile)
+	}
+	b.WriteString("\n\n")
+	machine := slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Machine != nil })
+	if machine {
+		b.WriteString("| Broker | Variant | msgs/s (median) | min–max | × bare (median) | client CPU µs/msg | broker µs/msg | store µs/msg | other µs/msg | machine busy |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	} else {
+		b.WriteString("| Broker | Variant | msgs/s (median) | min–max | × bare (median) | client CPU µs/msg |\n")
+		b.WriteString("|---|---|---:|---:|---:|---:|\n")
+	}
 	for _, row := range r.Rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s–%s | %.2f | %.1f |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s–%s | %.2f | %.1f |",
 			brokerTitle(row.Broker), variantTitle(row.Broker, row.Variant),
 			thousands(row.Median), thousands(row.Min), thousands(row.Max), row.Ratio, row.CPUMicros)
+		if m := row.Machine; m != nil {
+			st := "–"
+			if m.Store != nil {
+				st = fmt.Sprintf("%.1f", *m.Store)
+			}
+			fmt.Fprintf(&b, " %.1f | %s | %.1f | %.0f%% |", m.Broker, st, m.Other, m.BusyPct)
+		} else if machine {
+			b.WriteString(" | | | |")
+		}
+		b.WriteString("\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

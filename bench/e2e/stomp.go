@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/receiver"
 	"github.com/acemq/msgaudit/stompconsumer"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
@@ -73,7 +75,7 @@ func (b *stompBroker) consume(ctx context.Context, p *plan, v variant, n names, 
 		err := b.bare(ctx, p, n, cnt)
 		return cnt.handled(), err
 	}
-	c, err := stompconsumer.New(stompconsumer.Config{
+	cfg := stompconsumer.Config{
 		Addresses:             []string{b.addr},
 		Prefetch:              p.Prefetch,
 		Concurrency:           p.Concurrency,
@@ -87,7 +89,18 @@ func (b *stompBroker) consume(ctx context.Context, p *plan, v variant, n names, 
 			Destination: queueDest(n),
 			Handler:     be.handler(cnt.inc),
 		}},
-	})
+	}
+	if be.store != nil && p.groupsStore() {
+		a, err := connaudit.New(connaudit.Options{}) // the consumer's default audit
+		if err != nil {
+			return 0, err
+		}
+		if cfg.Receiver, err = p.receiver(be, receiver.ConnAudit(a)); err != nil {
+			return 0, err
+		}
+		cfg.Store = nil
+	}
+	c, err := stompconsumer.New(cfg)
 	if err != nil {
 		return 0, err
 	}
@@ -174,7 +187,7 @@ func browse(ctx context.Context, c *stomp.Conn, dest string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer func() { _ = unsubscribe(sub) }()
 	ctx, cancel := context.WithTimeout(ctx, stompBrowseTimeout)
 	defer cancel()
 	count := 0
@@ -225,7 +238,7 @@ func drain(ctx context.Context, c *stomp.Conn, dest string) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer func() { _ = unsubscribe(sub) }()
 	for left > 0 {
 		for range left {
 			select {
@@ -245,6 +258,23 @@ func drain(ctx context.Context, c *stomp.Conn, dest string) error {
 		}
 	}
 	return nil
+}
+
+// unsubscribe ends a subscription whose messages nobody reads any more.
+// go-stomp's Unsubscribe waits for the RECEIPT of its UNSUBSCRIBE, which
+// reaches the subscription only after every MESSAGE the broker sent before
+// it, one at a time through sub.C (16 deep); with sub.C full and unread the
+// receipt never arrives, and when its wait times out Unsubscribe blocks
+// forever putting an error on that same channel. So sub.C is read and
+// discarded until it is closed, which happens once the subscription ends
+// (receipt, error or a closed connection). With ack:auto the discarded
+// messages were consumed anyway; a browse's are not consumed at all.
+func unsubscribe(sub *stomp.Subscription) error {
+	go func() {
+		for range sub.C {
+		}
+	}()
+	return sub.Unsubscribe()
 }
 
 // stompBrowseTimeout bounds one verifying browse.

@@ -3,6 +3,7 @@
 // (package github.com/acemq/msgaudit/bench/e2e describes the method).
 //
 //	go run ./bench/e2e/cmd/e2e [-n 20000] [-rounds 3] [-brokers stomp,amqp] [-variants bare,redis,...] [-json out.json]
+//	                           [-store-batch N] [-store-linger D] [-cpuprofile FILE]
 //
 // The services come from the variables the tests read: MSGAUDIT_STOMP_ADDR,
 // MSGAUDIT_AMQP_URL, MSGAUDIT_REDIS_URL and MSGAUDIT_POSTGRES_URL (flags
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -40,9 +42,9 @@ func list(s string) []string {
 	return out
 }
 
-func run() error {
+func run() (err error) {
 	var o e2e.Options
-	var brokers, variants, jsonPath string
+	var brokers, variants, jsonPath, cpuProfile string
 	fs := flag.NewFlagSet("e2e", flag.ContinueOnError)
 	fs.IntVar(&o.Messages, "n", e2e.DefaultMessages, "messages per variant and round")
 	fs.IntVar(&o.Rounds, "rounds", e2e.DefaultRounds, "rounds (variants interleaved round-robin)")
@@ -50,6 +52,9 @@ func run() error {
 	fs.IntVar(&o.Concurrency, "concurrency", e2e.DefaultConcurrency, "msgaudit consumers' Concurrency")
 	fs.IntVar(&o.Prefetch, "prefetch", e2e.DefaultPrefetch, "prefetch of every consumer")
 	fs.IntVar(&o.InFlight, "inflight", 0, "msgaudit consumers' InFlight (0: their default, Prefetch when -concurrency is above 1)")
+	fs.IntVar(&o.StoreBatch, "store-batch", 0, "receiver.Config.StoreBatch of the variants with an idempotency store (0: the receiver's default)")
+	fs.DurationVar(&o.StoreLinger, "store-linger", 0, "receiver.Config.StoreLinger of the variants with an idempotency store (0: the receiver's default, no waiting)")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (runtime/pprof) to this file")
 	fs.DurationVar(&o.Timeout, "timeout", e2e.DefaultTimeout, "bound on one variant's consumption")
 	fs.StringVar(&brokers, "brokers", "stomp,amqp", "brokers: stomp, amqp or both")
 	fs.StringVar(&variants, "variants", "", "comma-separated variants (default all): "+strings.Join(e2e.Variants(), ", ")+"; a bare name such as redis means it on every broker; each broker's bare client always runs")
@@ -68,9 +73,26 @@ func run() error {
 	o.Progress = os.Stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
 	start := time.Now()
 	rep, err := e2e.Run(ctx, o)
 	if rep != nil {
+		rep.CPUProfile = cpuProfile
 		if werr := rep.Markdown(os.Stdout); werr != nil && err == nil {
 			err = werr
 		}
