@@ -132,7 +132,11 @@
 // (sql.DB.SetMaxOpenConns) to at least Lanes, plus what the handler
 // itself opens outside the transaction; the consumers refuse a smaller
 // pool, and more lanes than handlers (a delivery holding a lane must
-// always find a handler), at New (see Inbox.MaxOpenConns).
+// always find a handler), at New (see Inbox.MaxOpenConns). Keep as many
+// connections idle (sql.DB.SetMaxIdleConns): database/sql keeps 2 by
+// default and closes every other connection when its transaction ends, so
+// with more lanes than that most batches would open a new connection (on
+// PostgreSQL a new server process).
 //
 // # SQLite
 //

@@ -22,6 +22,7 @@ func runPayments(ctx context.Context) error {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(8) // at least Concurrency: a running delivery holds a connection
+	db.SetMaxIdleConns(8) // and keep them: database/sql would close all but 2 after each transaction
 	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.PostgreSQL})
 	if err != nil {
 		return err

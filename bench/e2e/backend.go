@@ -137,6 +137,7 @@ func (p *plan) openBackend(ctx context.Context, k kind, n names) (*backend, erro
 			return nil, err
 		}
 		db.SetMaxOpenConns(2 * p.Concurrency)
+		db.SetMaxIdleConns(2 * p.Concurrency) // database/sql keeps 2 by default and closes the rest after every transaction
 		ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.SQLite})
 		if err != nil {
 			db.Close()
@@ -150,6 +151,7 @@ func (p *plan) openBackend(ctx context.Context, k kind, n names) (*backend, erro
 			return nil, err
 		}
 		db.SetMaxOpenConns(2 * p.Concurrency)
+		db.SetMaxIdleConns(2 * p.Concurrency) // database/sql keeps 2 by default and closes the rest after every transaction
 		ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.PostgreSQL, Table: n.ident})
 		if err != nil {
 			db.Close()
