@@ -92,6 +92,20 @@ func (s *summary) endPackage(e event, body *strings.Builder, w io.Writer) {
 		s.failedPkgs = append(s.failedPkgs, e.Package)
 		// The package's own output: a panic, a timeout, a TestMain failure.
 		fmt.Fprintf(w, "FAIL %s %.1fs\n%s", e.Package, e.Elapsed, text(body))
+		// Tests still running when the binary died (a timeout's or a
+		// SIGQUIT's goroutine dump is written as their output): they never
+		// report, so their output is shown here or nowhere.
+		var open []string
+		for key := range s.out {
+			if strings.HasPrefix(key, e.Package+" ") && key != e.Package+" " {
+				open = append(open, key)
+			}
+		}
+		sort.Strings(open)
+		for _, key := range open {
+			fmt.Fprintf(w, "--- unfinished: %s (%s)\n%s", strings.TrimPrefix(key, e.Package+" "), e.Package, text(s.out[key]))
+			delete(s.out, key)
+		}
 	}
 	// "skip" of a package: no test files; nothing to say.
 }

@@ -18,6 +18,8 @@ func TestRun(t *testing.T) {
 		pkgOK = `{"Action":"pass","Package":"p","Elapsed":1.5}`
 		pkgNo = `{"Action":"fail","Package":"p","Elapsed":1.5}`
 		pOut  = `{"Action":"output","Package":"p","Output":"panic: test timed out\n"}`
+		runD  = `{"Action":"run","Package":"p","Test":"TestD"}`
+		outD  = `{"Action":"output","Package":"p","Test":"TestD","Output":"goroutine 7 [chan send]:\n"}`
 		bOut  = `{"Action":"build-output","ImportPath":"q [q.test]","Output":"q.go:1: syntax error\n"}`
 		bFail = `{"Action":"build-fail","ImportPath":"q [q.test]"}`
 	)
@@ -36,6 +38,8 @@ func TestRun(t *testing.T) {
 		{"a skip fails with -no-skips", events(passB, outC, skipC, pkgOK), true, 1, []string{"every test must run here"}},
 		{"a package crash shows its output", events(passB, pOut, pkgNo), false, 1,
 			[]string{"FAIL p 1.5s", "panic: test timed out", "failed packages: p"}},
+		{"a test that never ended shows its output", events(passB, runD, outD, pOut, pkgNo), false, 1,
+			[]string{"--- unfinished: TestD (p)", "goroutine 7 [chan send]:", "failed packages: p"}},
 		{"a build failure", events(bOut, bFail, passB, pkgOK), false, 0, []string{"build failed: q [q.test]", "syntax error"}},
 		{"nothing ran", events(pkgOK), false, 1, []string{"no test ran"}},
 		{"non-JSON lines are passed through", "go: unknown flag -x\n" + events(passB, pkgOK), false, 0, []string{"go: unknown flag -x"}},
