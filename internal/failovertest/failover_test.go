@@ -57,6 +57,8 @@ const (
 	quietFor      = 3 * time.Second   // nothing delivered at the end
 	idleLimit     = 20 * time.Second  // idle with keys missing: give up
 	finishLimit   = 180 * time.Second // the ledger complete after the last kill
+	stopLimit     = 60 * time.Second  // the consumer stopped after its context ended
+	cleanupLimit  = 30 * time.Second  // one cleanup statement
 )
 
 // Durable tiers a run can use.
@@ -290,11 +292,7 @@ func run(t *testing.T, p *pair, tier string) result {
 	if _, err := tdb.ExecContext(ctx, "CREATE TABLE "+ledger+" (key TEXT PRIMARY KEY, n INTEGER NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if _, err := tdb.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+ledger); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	t.Cleanup(func() { dropTable(t, tdb, ledger) })
 	apply := "INSERT INTO " + ledger + " (key, n) VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET n = " + ledger + ".n + 1"
 
 	tr := new(tracker)
@@ -318,11 +316,7 @@ func run(t *testing.T, p *pair, tier string) result {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			if _, err := tdb.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+table+`"`); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
-		})
+		t.Cleanup(func() { dropTable(t, tdb, `"`+table+`"`) })
 		cfg.Inbox = ib
 		handler = inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
 			if _, err := tx.ExecContext(ctx, apply, m.IdempotencyKey()); err != nil {
@@ -369,7 +363,18 @@ func run(t *testing.T, p *pair, tier string) result {
 	cctx, stopConsumer := context.WithCancel(ctx)
 	defer stopConsumer()
 	runErr := make(chan error, 1)
-	go func() { runErr <- c.Run(cctx) }()
+	runDone := make(chan struct{})
+	go func() { runErr <- c.Run(cctx); close(runDone) }()
+	// A run that fails midway stops its consumer before the tables are
+	// dropped: an inbox transaction left open would make DROP TABLE wait.
+	t.Cleanup(func() {
+		stopConsumer()
+		select {
+		case <-runDone:
+		case <-time.After(stopLimit):
+			t.Errorf("cleanup: the consumer had not stopped %v after its context ended", stopLimit)
+		}
+	})
 
 	keys := make([]string, messages)
 	for i := range keys {
@@ -448,15 +453,25 @@ func run(t *testing.T, p *pair, tier string) result {
 			k+1, f.at.Sub(start).Seconds(), p.addrs[m], p.addrs[f.to], f.takeover.Round(time.Millisecond), first.at.Sub(f.at).Round(time.Millisecond))
 	}
 
-	if err := <-prodErr; err != nil {
-		t.Fatalf("producer: %v", err)
+	select {
+	case err := <-prodErr:
+		if err != nil {
+			t.Fatalf("producer: %v", err)
+		}
+	case <-time.After(finishLimit):
+		t.Fatalf("the producer had not finished %v after the last kill (%d messages confirmed)", finishLimit, pr.sent.Load())
 	}
 	if err := awaitDone(ctx, tdb, ledger, tr, runErr); err != nil {
 		t.Error(err)
 	}
 	stopConsumer()
-	if err := <-runErr; err != nil {
-		t.Errorf("consumer Run: %v", err)
+	select {
+	case err := <-runErr:
+		if err != nil {
+			t.Errorf("consumer Run: %v", err)
+		}
+	case <-time.After(stopLimit):
+		t.Fatalf("the consumer had not stopped %v after its context ended", stopLimit)
 	}
 	res.elapsed = time.Since(start)
 
@@ -681,7 +696,7 @@ func browse(ctx context.Context, p *pair, dest string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("browse %s: %w", dest, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer func() { _ = unsubscribe(sub) }()
 	timeout := time.NewTimer(30 * time.Second)
 	defer timeout.Stop()
 	n := 0
@@ -720,7 +735,7 @@ func drain(ctx context.Context, p *pair, dest string) error {
 	if err != nil {
 		return fmt.Errorf("drain %s: %w", dest, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer func() { _ = unsubscribe(sub) }()
 	quiet := time.NewTimer(500 * time.Millisecond)
 	defer quiet.Stop()
 	for {
@@ -741,6 +756,43 @@ func drain(ctx context.Context, p *pair, dest string) error {
 	}
 }
 
+// unsubscribe ends a subscription whose messages nobody reads any more.
+// go-stomp v3.1.3's Unsubscribe waits for the RECEIPT of its UNSUBSCRIBE,
+// which reaches the subscription only after every MESSAGE sent before it,
+// one at a time through sub.C; with sub.C full and unread the receipt never
+// comes, and once its wait times out Unsubscribe blocks for good putting an
+// error on that same channel. So sub.C is read and discarded until it is
+// closed (a browse's messages are not consumed; unacknowledged ones of a
+// client-individual subscription are delivered again).
+func unsubscribe(sub *stomp.Subscription) error {
+	go func() {
+		for range sub.C {
+		}
+	}()
+	return sub.Unsubscribe()
+}
+
+// dropTable drops a table of the run, waiting at most cleanupLimit for
+// its lock.
+func dropTable(t testing.TB, db *sql.DB, table string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupLimit)
+	defer cancel()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Errorf("cleanup: drop %s: %v", table, err)
+		return
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET lock_timeout = '20s'"); err != nil {
+		t.Errorf("cleanup: drop %s: %v", table, err)
+		return
+	}
+	if _, err := conn.ExecContext(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+		t.Errorf("cleanup: drop %s: %v", table, err)
+	}
+	_, _ = conn.ExecContext(ctx, "RESET lock_timeout")
+}
+
 // openDB opens PostgreSQL through pgx's database/sql driver.
 func openDB(t testing.TB, url string, conns int) *sql.DB {
 	t.Helper()
@@ -749,7 +801,18 @@ func openDB(t testing.TB, url string, conns int) *sql.DB {
 		t.Fatal(err)
 	}
 	db.SetMaxOpenConns(conns)
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() {
+		// Close waits for the statements in progress; a connection some
+		// stuck transaction still holds is left behind rather than hanging
+		// the run.
+		done := make(chan struct{})
+		go func() { db.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(cleanupLimit):
+			t.Errorf("cleanup: closing the database pool took over %v", cleanupLimit)
+		}
+	})
 	if err := db.PingContext(context.Background()); err != nil {
 		testenv.Require(t, false, "PostgreSQL at MSGAUDIT_POSTGRES_URL does not answer: "+err.Error(), testenv.How)
 	}
