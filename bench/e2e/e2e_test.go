@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/stompsub"
 	"github.com/acemq/msgaudit/internal/testenv"
 	"github.com/go-stomp/stomp/v3"
 	"pgregory.net/rapid"
@@ -457,7 +458,7 @@ func TestUnsubscribeUnread(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	done := make(chan error, 1)
-	go func() { done <- unsubscribe(sub) }()
+	go func() { done <- stompsub.Unsubscribe(sub) }()
 	select {
 	case err := <-done:
 		if err != nil {

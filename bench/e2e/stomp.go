@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/internal/stompsub"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/acemq/msgaudit/stompconsumer"
 	"github.com/go-stomp/stomp/v3"
@@ -187,7 +188,7 @@ func browse(ctx context.Context, c *stomp.Conn, dest string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer func() { _ = unsubscribe(sub) }()
+	defer func() { _ = stompsub.Unsubscribe(sub) }()
 	ctx, cancel := context.WithTimeout(ctx, stompBrowseTimeout)
 	defer cancel()
 	count := 0
@@ -238,7 +239,7 @@ func drain(ctx context.Context, c *stomp.Conn, dest string) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = unsubscribe(sub) }()
+	defer func() { _ = stompsub.Unsubscribe(sub) }()
 	for left > 0 {
 		for range left {
 			select {
@@ -258,23 +259,6 @@ func drain(ctx context.Context, c *stomp.Conn, dest string) error {
 		}
 	}
 	return nil
-}
-
-// unsubscribe ends a subscription whose messages nobody reads any more.
-// go-stomp's Unsubscribe waits for the RECEIPT of its UNSUBSCRIBE, which
-// reaches the subscription only after every MESSAGE the broker sent before
-// it, one at a time through sub.C (16 deep); with sub.C full and unread the
-// receipt never arrives, and when its wait times out Unsubscribe blocks
-// forever putting an error on that same channel. So sub.C is read and
-// discarded until it is closed, which happens once the subscription ends
-// (receipt, error or a closed connection). With ack:auto the discarded
-// messages were consumed anyway; a browse's are not consumed at all.
-func unsubscribe(sub *stomp.Subscription) error {
-	go func() {
-		for range sub.C {
-		}
-	}()
-	return sub.Unsubscribe()
 }
 
 // stompBrowseTimeout bounds one verifying browse.

@@ -39,7 +39,7 @@ var layers = map[string]float64{
 	"internal/redact": 0, "internal/nilcheck": 0, "internal/snapframe": 0, "internal/schemereg": 0,
 	"internal/tlsconf": 0, "internal/testenv": 0, "internal/tcpproxy": 0,
 	"internal/readmecheck": 0, "internal/cmd/testsummary": 0, "internal/archtest": 0,
-	"internal/testwait": 0,
+	"internal/testwait": 0, "internal/stompsub": 0,
 	// Test helpers on top of testenv.
 	"internal/pgrestart": 0.5,
 	// Core: msgid → bitsetbin → audit → connaudit.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/go-stomp/stomp/v3"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/acemq/msgaudit/internal/stompsub"
 )
 
 // broker is the parent's own connection to the test broker: it fills the
@@ -67,7 +69,7 @@ func (b *stompBroker) take(ctx context.Context, dest string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("crashtest: subscribe %s: %w", dest, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer func() { _ = stompsub.Unsubscribe(sub) }()
 	n := 0
 	quiet := time.NewTimer(500 * time.Millisecond)
 	defer quiet.Stop()

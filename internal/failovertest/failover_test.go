@@ -21,6 +21,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/inbox"
+	"github.com/acemq/msgaudit/internal/stompsub"
 	"github.com/acemq/msgaudit/internal/testenv"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/acemq/msgaudit/stompconsumer"
@@ -696,7 +697,7 @@ func browse(ctx context.Context, p *pair, dest string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("browse %s: %w", dest, err)
 	}
-	defer func() { _ = unsubscribe(sub) }()
+	defer func() { _ = stompsub.Unsubscribe(sub) }()
 	timeout := time.NewTimer(30 * time.Second)
 	defer timeout.Stop()
 	n := 0
@@ -735,7 +736,7 @@ func drain(ctx context.Context, p *pair, dest string) error {
 	if err != nil {
 		return fmt.Errorf("drain %s: %w", dest, err)
 	}
-	defer func() { _ = unsubscribe(sub) }()
+	defer func() { _ = stompsub.Unsubscribe(sub) }()
 	quiet := time.NewTimer(500 * time.Millisecond)
 	defer quiet.Stop()
 	for {
@@ -754,22 +755,6 @@ func drain(ctx context.Context, p *pair, dest string) error {
 			return fmt.Errorf("drain %s: %w", dest, ctx.Err())
 		}
 	}
-}
-
-// unsubscribe ends a subscription whose messages nobody reads any more.
-// go-stomp v3.1.3's Unsubscribe waits for the RECEIPT of its UNSUBSCRIBE,
-// which reaches the subscription only after every MESSAGE sent before it,
-// one at a time through sub.C; with sub.C full and unread the receipt never
-// comes, and once its wait times out Unsubscribe blocks for good putting an
-// error on that same channel. So sub.C is read and discarded until it is
-// closed (a browse's messages are not consumed; unacknowledged ones of a
-// client-individual subscription are delivered again).
-func unsubscribe(sub *stomp.Subscription) error {
-	go func() {
-		for range sub.C {
-		}
-	}()
-	return sub.Unsubscribe()
 }
 
 // dropTable drops a table of the run, waiting at most cleanupLimit for
