@@ -163,7 +163,7 @@ func runFleet(t *testing.T, p fleetPlan) fleetResult {
 		p.Seed = mrand.Uint64()
 	}
 	rng := mrand.New(mrand.NewPCG(p.Seed, 1))
-	id := randomID(t)
+	id := storetestkit.Hex(5)
 	dir := t.TempDir()
 	ctx := context.Background()
 	cfg := Config{Transport: p.Transport, DB: PostgreSQL, Store: p.Store, ClaimTTL: 2 * time.Second,

@@ -5,9 +5,7 @@ package crashtest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	mrand "math/rand/v2"
 	"os"
@@ -19,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/storetestkit"
 	"github.com/acemq/msgaudit/internal/testenv"
-	"github.com/redis/go-redis/v9"
 )
 
 // Plan is one crash-test run.
@@ -225,7 +223,7 @@ func Run(t testing.TB, p Plan) Result {
 		p.Seed = mrand.Uint64()
 	}
 	rng := mrand.New(mrand.NewPCG(p.Seed, 0))
-	id := randomID(t)
+	id := storetestkit.Hex(5)
 	dir := t.TempDir()
 	ctx := context.Background()
 
@@ -431,47 +429,10 @@ func prepareStore(t testing.TB, cfg *Config, db *sql.DB, id string) {
 	case StoreRedis:
 		cfg.StoreURL = testenv.Getenv(t, "MSGAUDIT_REDIS_URL", "Redis")
 		cfg.StoreAt = "msgaudit:crash:" + id + ":"
-		t.Cleanup(func() { deleteRedisPrefix(t, cfg.StoreURL, cfg.StoreAt) })
+		t.Cleanup(func() { storetestkit.DeleteRedisPrefix(t, cfg.StoreURL, cfg.StoreAt) })
 	default:
 		t.Fatalf("crashtest: unknown store %q", cfg.Store)
 	}
-}
-
-// deleteRedisPrefix removes every key under prefix.
-func deleteRedisPrefix(t testing.TB, url, prefix string) {
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Errorf("cleanup: %v", err)
-		return
-	}
-	c := redis.NewClient(opt)
-	defer c.Close()
-	ctx := context.Background()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Errorf("cleanup: scan %s*: %v", prefix, err)
-		return
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		if err := c.Del(ctx, keys[:n]...).Err(); err != nil {
-			t.Errorf("cleanup: del: %v", err)
-			return
-		}
-		keys = keys[n:]
-	}
-}
-
-func randomID(t testing.TB) string {
-	var b [5]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b[:])
 }
 
 // awaitKillPoint waits until the ledger holds at least point of the n

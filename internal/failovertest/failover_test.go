@@ -5,9 +5,7 @@ package failovertest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,12 +20,12 @@ import (
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/internal/stompsub"
+	"github.com/acemq/msgaudit/internal/storetestkit"
 	"github.com/acemq/msgaudit/internal/testenv"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/acemq/msgaudit/stompconsumer"
 	"github.com/go-stomp/stomp/v3"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
-	"github.com/redis/go-redis/v9"
 )
 
 // keyHeader carries each message's application key ("failover-<run>:<n>",
@@ -266,7 +264,7 @@ func run(t *testing.T, p *pair, tier string) result {
 		}
 	}
 
-	id := randomID(t)
+	id := storetestkit.Hex(5)
 	queue := "/queue/msgaudit.failover." + id
 	dead := queue + ".dead"
 	brokerDLQ := "/queue/DLQ.msgaudit.failover." + id
@@ -334,7 +332,7 @@ func run(t *testing.T, p *pair, tier string) result {
 		}
 		t.Cleanup(func() {
 			st.Close()
-			deleteRedisPrefix(t, redisURL, prefix)
+			storetestkit.DeleteRedisPrefix(t, redisURL, prefix)
 		})
 		cfg.Store = st
 		handler = func(ctx context.Context, m *receiver.Message) error {
@@ -825,41 +823,4 @@ func ledgerRows(t testing.TB, db *sql.DB, ledger string) map[string]int {
 		t.Fatal(err)
 	}
 	return got
-}
-
-// deleteRedisPrefix removes every key under prefix.
-func deleteRedisPrefix(t testing.TB, url, prefix string) {
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		t.Errorf("cleanup: %v", err)
-		return
-	}
-	c := redis.NewClient(opt)
-	defer c.Close()
-	ctx := context.Background()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		t.Errorf("cleanup: scan %s*: %v", prefix, err)
-		return
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		if err := c.Del(ctx, keys[:n]...).Err(); err != nil {
-			t.Errorf("cleanup: del: %v", err)
-			return
-		}
-		keys = keys[n:]
-	}
-}
-
-func randomID(t testing.TB) string {
-	var b [5]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b[:])
 }

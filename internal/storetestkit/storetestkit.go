@@ -1,7 +1,8 @@
 // Package storetestkit holds the test helpers the PostgreSQL and Redis
 // stores' tests share: random names, a closed port, a server that accepts
-// and never answers, a throwaway PKI, and the remote-store benchmarks.
-// Only tests import it.
+// and never answers, a throwaway PKI, the remote-store benchmarks, and the
+// cleanup of a test's Redis keys. Only tests and the test harnesses
+// (crash, failover) import it.
 package storetestkit
 
 import (
@@ -27,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/testwait"
 )
@@ -36,6 +39,38 @@ func Hex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// DeleteRedisPrefix removes every key under prefix from the Redis server
+// at url (a redis:// URL), reporting failures as cleanup errors of t.
+func DeleteRedisPrefix(t testing.TB, url, prefix string) {
+	t.Helper()
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("cleanup: scan %s*: %v", prefix, err)
+		return
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		if err := c.Del(ctx, keys[:n]...).Err(); err != nil {
+			t.Errorf("cleanup: del: %v", err)
+			return
+		}
+		keys = keys[n:]
+	}
 }
 
 // ClosedAddr returns a loopback address nothing listens on: a port that was
