@@ -70,7 +70,7 @@ type paddedEntry struct {
 // paddedEntrySize is a shard entry's size: three 128-byte units. How far
 // apart the entries of different goroutines' producers lie moves Sharded's
 // scaling more than expected, and not monotonically. Medians of
-// bench/scaling.sh (two goroutines against one, 6 processes each) on a
+// cmd/msgaudit/internal/bench/scaling.sh (two goroutines against one, 6 processes each) on a
 // 2-core AMD EPYC VM, by entry size: 192 B 1.15×, 256 B 1.21–1.32×, 384 B
 // 1.55–1.73×, 640 B 1.26×, 1024 B 1.60×; 512 B ran two goroutines slower
 // than one in alternating runs. Why is not known; 384 is the smallest of
@@ -525,7 +525,7 @@ func (a *Audit) setMaxProducers(n int) {
 func (a *Audit) Stats() Stats {
 	return Stats{
 		Checks:          a.st.checks,
-		New:             a.st.sightings[FirstSeen],
+		FirstSeen:       a.st.sightings[FirstSeen],
 		Duplicates:      a.st.sightings[Duplicate],
 		TooOld:          a.st.sightings[TooOld],
 		Malformed:       a.st.malformed,

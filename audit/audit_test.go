@@ -193,7 +193,7 @@ func TestActiveMQBehaviour(t *testing.T) {
 				t.Fatalf("Len after Clear = %d", a.Len())
 			}
 			runSteps(t, a, []step{{"z:1", N}})
-			if st := a.Stats(); st.Checks != 6 || st.New != 6 {
+			if st := a.Stats(); st.Checks != 6 || st.FirstSeen != 6 {
 				t.Fatalf("Clear reset counters: %+v", st)
 			}
 		})
@@ -392,7 +392,7 @@ func TestVerdictCounters(t *testing.T) {
 		a := mustMake(t, k, audit.Options{Depth: 64})
 		runSteps(t, a, []step{{"a:1000", N}, {"a:1000", D}, {"a:1", O}, {"b:1", N}})
 		_, _ = a.Check("bad")
-		want := audit.Stats{Checks: 5, New: 2, Duplicates: 1, TooOld: 1, Malformed: 1, Producers: 2}
+		want := audit.Stats{Checks: 5, FirstSeen: 2, Duplicates: 1, TooOld: 1, Malformed: 1, Producers: 2}
 		if st := a.Stats(); st != want {
 			t.Fatalf("Stats = %+v, want %+v", st, want)
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/acemq/msgaudit/audit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // TestConcurrentExactNew has many goroutines mark distinct ids (one
@@ -172,7 +172,7 @@ func TestConcurrentChurn(t *testing.T) {
 			}
 			testwait.Group(t, &wg, testwait.Long, "the end of the 6 churning goroutines")
 			st := a.Stats()
-			if st.Checks != st.New+st.Duplicates+st.TooOld+st.Malformed+st.TooLong {
+			if st.Checks != st.FirstSeen+st.Duplicates+st.TooOld+st.Malformed+st.TooLong {
 				t.Fatalf("counters do not add up: %+v", st)
 			}
 			if st.Evictions != uint64(evicted.Load()) {

@@ -11,7 +11,7 @@ import (
 // over 256 shards: 8 pairs on average), and when goroutines on different
 // cores check two producers of one shard, every check waits for the other
 // core's lock and cache lines: two goroutines then ran no faster than one
-// (bench/scaling.sh). Placed, a new producer goes to an empty shard near its
+// (cmd/msgaudit/internal/bench/scaling.sh). Placed, a new producer goes to an empty shard near its
 // hashed one, so while shards outnumber producers none shares a shard.
 //
 // Checks read the directory without a lock: a table of 64-bit fingerprints

@@ -65,5 +65,5 @@
 //
 // A check answers a Sighting (FirstSeen, Duplicate or TooOld), the same
 // type and values as bitsetbin's; "verdict" is the receiver's word for its
-// decision (Accept, Reject, Defer). Stats.New counts FirstSeen.
+// decision (Accept, Reject, Defer). Stats.FirstSeen counts FirstSeen.
 package audit

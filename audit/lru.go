@@ -15,7 +15,7 @@ import (
 // simplelru keeps each value in a separate 80-byte list element (with an
 // expiry time the audit never uses) behind a Go map of 24-byte slots, which
 // put the memory per producer above depth/8+256 bytes (BenchmarkMemory in
-// bench/), and the lookup and the element cost a cache line each on every
+// cmd/msgaudit/internal/bench/), and the lookup and the element cost a cache line each on every
 // check. The semantics are simplelru's: Get moves to the front,
 // Peek does not, eviction takes the tail; the audit enforces the cap.
 //

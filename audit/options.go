@@ -120,8 +120,8 @@ type Stats struct {
 	// Checks counts Check, CheckKey and IsDuplicate calls, including
 	// rejected ids.
 	Checks uint64
-	// New, Duplicates and TooOld count the sightings of accepted checks.
-	New, Duplicates, TooOld uint64
+	// FirstSeen, Duplicates and TooOld count the sightings of accepted checks.
+	FirstSeen, Duplicates, TooOld uint64
 	// Malformed counts ids (or CheckKey keys) rejected as malformed by any
 	// method; TooLong those rejected for exceeding MaxIDLength.
 	Malformed, TooLong uint64
@@ -138,7 +138,7 @@ type Stats struct {
 // add accumulates s2 into s (used to sum the shards of a Sharded audit).
 func (s *Stats) add(s2 Stats) {
 	s.Checks += s2.Checks
-	s.New += s2.New
+	s.FirstSeen += s2.FirstSeen
 	s.Duplicates += s2.Duplicates
 	s.TooOld += s2.TooOld
 	s.Malformed += s2.Malformed

@@ -135,7 +135,7 @@ func withCRC(b []byte) []byte {
 }
 
 func record(key string, depth int, marks ...uint64) []byte {
-	bin, err := bitsetbin.NewBin(depth)
+	bin, err := bitsetbin.New(depth)
 	if err != nil {
 		panic(err)
 	}

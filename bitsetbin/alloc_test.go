@@ -24,7 +24,7 @@ func TestBinSize(t *testing.T) {
 
 // TestRingAllocation: the ring a bin allocates holds exactly Depth()/64
 // words (the window's last word lives in the Bin), so the usual
-// power-of-two depths fill a size class exactly: NewBin and the first Mark
+// power-of-two depths fill a size class exactly: New and the first Mark
 // allocate the Bin and Depth()/8 bytes, nothing else, and later Marks
 // nothing. Resize and DecodeFrom allocate rings of the same exact size.
 func TestRingAllocation(t *testing.T) {
@@ -33,7 +33,7 @@ func TestRingAllocation(t *testing.T) {
 		b := newBin(t, depth)
 		words := b.Depth() / 64
 		if n, c := b.RingWords(); n != 0 || c != 0 {
-			t.Fatalf("depth %d: NewBin allocated a ring of %d words (cap %d)", depth, n, c)
+			t.Fatalf("depth %d: New allocated a ring of %d words (cap %d)", depth, n, c)
 		}
 		b.Mark(1 << 20)
 		if n, c := b.RingWords(); n != words || c != words {
@@ -41,11 +41,11 @@ func TestRingAllocation(t *testing.T) {
 		}
 
 		if a := testing.AllocsPerRun(20, func() {
-			b, _ := bitsetbin.NewBin(depth)
+			b, _ := bitsetbin.New(depth)
 			b.Mark(1 << 20)
 			sinkBin = b
 		}); a != 2 {
-			t.Errorf("depth %d: NewBin+Mark makes %v allocations, want 2 (the Bin and its ring)", depth, a)
+			t.Errorf("depth %d: New+Mark makes %v allocations, want 2 (the Bin and its ring)", depth, a)
 		}
 		// The least of three runs: the runtime and the test framework may
 		// allocate a few bytes meanwhile, never fewer.
@@ -54,7 +54,7 @@ func TestRingAllocation(t *testing.T) {
 		for range 3 {
 			got = min(got, allocatedBytes(func() {
 				for range bins {
-					b, _ := bitsetbin.NewBin(depth)
+					b, _ := bitsetbin.New(depth)
 					b.Mark(1 << 20)
 					sinkBin = b
 				}

@@ -9,10 +9,10 @@ import (
 )
 
 const (
-	// DefaultDepth is the depth of a zero Bin and of NewBin(0): ActiveMQ's
+	// DefaultDepth is the depth of a zero Bin and of New(0): ActiveMQ's
 	// default audit depth.
 	DefaultDepth = 2048
-	// MaxDepth is the largest depth NewBin and Resize accept (a 2 MiB ring).
+	// MaxDepth is the largest depth New and Resize accept (a 2 MiB ring).
 	MaxDepth = 1 << 24
 )
 
@@ -57,10 +57,10 @@ type Bin struct {
 	last  uint64 // last IsInOrder index, valid iff hasLast
 }
 
-// NewBin returns an unanchored bin whose guaranteed depth is at least depth:
+// New returns an unanchored bin whose guaranteed depth is at least depth:
 // 0 means DefaultDepth; a negative depth or one above MaxDepth is ErrDepth.
 // The ring is allocated by the first Mark.
-func NewBin(depth int) (*Bin, error) {
+func New(depth int) (*Bin, error) {
 	n, err := ringWords(depth)
 	if err != nil {
 		return nil, err

@@ -87,9 +87,9 @@ func run(t *testing.T, b *bitsetbin.Bin, steps []step) {
 
 func newBin(t fataler, depth int) *bitsetbin.Bin {
 	t.Helper()
-	b, err := bitsetbin.NewBin(depth)
+	b, err := bitsetbin.New(depth)
 	if err != nil {
-		t.Fatalf("NewBin(%d): %v", depth, err)
+		t.Fatalf("New(%d): %v", depth, err)
 	}
 	return b
 }
@@ -191,13 +191,13 @@ func TestSizing(t *testing.T) {
 		{bitsetbin.MaxDepth + 1, 0, bitsetbin.ErrDepth}, {math.MaxInt, 0, bitsetbin.ErrDepth},
 	}
 	for _, tt := range tests {
-		b, err := bitsetbin.NewBin(tt.depth)
+		b, err := bitsetbin.New(tt.depth)
 		if !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
-			t.Errorf("NewBin(%d) err = %v, want %v", tt.depth, err, tt.err)
+			t.Errorf("New(%d) err = %v, want %v", tt.depth, err, tt.err)
 			continue
 		}
 		if err == nil && b.Depth() != tt.want {
-			t.Errorf("NewBin(%d).Depth() = %d, want %d", tt.depth, b.Depth(), tt.want)
+			t.Errorf("New(%d).Depth() = %d, want %d", tt.depth, b.Depth(), tt.want)
 		}
 	}
 	var zero bitsetbin.Bin

@@ -85,7 +85,7 @@
 //
 // Mark's answer is a Sighting (FirstSeen, Duplicate or TooOld), not a
 // "verdict": that word is the receiver's (Accept, Reject, Defer). The
-// constructor is NewBin(depth int) (*Bin, error). The audit package
+// constructor is New(depth int) (*Bin, error). The audit package
 // re-exports the type and its constants as audit.Sighting, audit.FirstSeen,
 // audit.Duplicate and audit.TooOld.
 //

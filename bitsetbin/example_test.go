@@ -7,13 +7,13 @@ import (
 )
 
 func ExampleBin_Mark() {
-	b, _ := bitsetbin.NewBin(128) // guaranteed depth 128
-	fmt.Println(b.Mark(1000))     // first index: anchors the window with 1000 at its top
-	fmt.Println(b.Mark(1000))     // a replay
-	fmt.Println(b.Mark(990))      // out of order, below the first index: still tracked
-	fmt.Println(b.Mark(5000))     // a jump slides the window
-	fmt.Println(b.Mark(1000))     // now below the window: unknown
-	b.Unmark(5000)                // rollback: the redelivery will pass
+	b, _ := bitsetbin.New(128) // guaranteed depth 128
+	fmt.Println(b.Mark(1000))  // first index: anchors the window with 1000 at its top
+	fmt.Println(b.Mark(1000))  // a replay
+	fmt.Println(b.Mark(990))   // out of order, below the first index: still tracked
+	fmt.Println(b.Mark(5000))  // a jump slides the window
+	fmt.Println(b.Mark(1000))  // now below the window: unknown
+	b.Unmark(5000)             // rollback: the redelivery will pass
 	fmt.Println(b.Mark(5000))
 	// Output:
 	// first-seen

@@ -22,7 +22,7 @@ var (
 func snapshotStates(t testing.TB) map[string]*bitsetbin.Bin {
 	t.Helper()
 	mk := func(depth int, f func(b *bitsetbin.Bin)) *bitsetbin.Bin {
-		b, err := bitsetbin.NewBin(depth)
+		b, err := bitsetbin.New(depth)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +293,7 @@ func FuzzUnmarshal(f *testing.F) {
 		// KiB at times), never the other way round.
 		n := uint64(math.MaxUint64)
 		for range 3 {
-			victim, _ = bitsetbin.NewBin(128)
+			victim, _ = bitsetbin.New(128)
 			victim.Mark(999)
 			before, _ = victim.MarshalBinary()
 			n = min(n, allocatedBytes(func() { err = victim.UnmarshalBinary(p) }))

@@ -9,12 +9,12 @@ import (
 	"github.com/acemq/msgaudit/audit"
 )
 
-// DefaultMaxDestinations is the default cap of queue audits, and
-// DefaultMaxConsumers that of topic audits (ActiveMQ's ConnectionAudit caps
+// defaultMaxDestinations is the default cap of queue audits, and
+// defaultMaxConsumers that of topic audits (ActiveMQ's ConnectionAudit caps
 // both maps at 1000).
 const (
-	DefaultMaxDestinations = 1000
-	DefaultMaxConsumers    = 1000
+	defaultMaxDestinations = 1000
+	defaultMaxConsumers    = 1000
 	// MaxTableLimit is the largest MaxDestinations / MaxConsumers accepted.
 	MaxTableLimit = 1 << 20
 )
@@ -128,11 +128,11 @@ func (o Options) settings() (settings, error) {
 	if _, err := audit.New(audit.Options{Depth: o.Depth, MaxProducers: o.MaxProducers, MaxIDLength: o.MaxIDLength}); err != nil {
 		return settings{}, fmt.Errorf("%w: %w", ErrOptions, err)
 	}
-	md, err := tableCap("MaxDestinations", o.MaxDestinations, DefaultMaxDestinations)
+	md, err := tableCap("MaxDestinations", o.MaxDestinations, defaultMaxDestinations)
 	if err != nil {
 		return settings{}, err
 	}
-	mc, err := tableCap("MaxConsumers", o.MaxConsumers, DefaultMaxConsumers)
+	mc, err := tableCap("MaxConsumers", o.MaxConsumers, defaultMaxConsumers)
 	if err != nil {
 		return settings{}, err
 	}
@@ -223,7 +223,7 @@ func (a *Audit) retire(evicted bool, aus ...auditor) {
 
 func addStats(s *audit.Stats, t audit.Stats) {
 	s.Checks += t.Checks
-	s.New += t.New
+	s.FirstSeen += t.FirstSeen
 	s.Duplicates += t.Duplicates
 	s.TooOld += t.TooOld
 	s.Malformed += t.Malformed

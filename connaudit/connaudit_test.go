@@ -202,7 +202,7 @@ func TestCaps(t *testing.T) {
 			t.Fatalf("%+v", st)
 		}
 		// Counters of evicted audits are kept.
-		if st.Checks != 12 || st.New != 9 || st.Duplicates != 3 {
+		if st.Checks != 12 || st.FirstSeen != 9 || st.Duplicates != 3 {
 			t.Fatalf("%+v", st)
 		}
 	})

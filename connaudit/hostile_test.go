@@ -1,6 +1,7 @@
 package connaudit_test
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,21 +25,97 @@ var emptyAuditSnapshot = func() []byte {
 // (depth, maxProducers, maxIDLength, maxDestinations, maxConsumers,
 // shards) and n minimal queue records, each an empty audit.
 func craftedSnapshot(settings [6]uint64, n int) []byte {
+	return craftedSnapshotOf(settings, n, 0)
+}
+
+// craftedSnapshotOf is craftedSnapshot with queues minimal queue records
+// and topics minimal topic records (consumer "c", one topic each).
+func craftedSnapshotOf(settings [6]uint64, queues, topics int) []byte {
 	b := []byte("MSGC\x01")
 	for _, v := range settings {
 		b = binary.AppendUvarint(b, v)
 	}
-	b = binary.AppendUvarint(b, uint64(n))
-	for i := range n {
-		name := fmt.Sprint(i)
-		b = append(b, byte(connaudit.Queue))
+	record := func(k connaudit.Kind, name string) {
+		b = append(b, byte(k))
 		b = binary.AppendUvarint(b, uint64(len(name)))
 		b = append(b, name...)
 		b = binary.AppendUvarint(b, uint64(len(emptyAuditSnapshot)))
 		b = append(b, emptyAuditSnapshot...)
 	}
-	b = binary.AppendUvarint(b, 0) // no topics
+	b = binary.AppendUvarint(b, uint64(queues))
+	for i := range queues {
+		record(connaudit.Queue, fmt.Sprint(i))
+	}
+	b = binary.AppendUvarint(b, uint64(topics))
+	for i := range topics {
+		b = binary.AppendUvarint(b, 1)
+		b = append(b, 'c')
+		record(connaudit.Topic, fmt.Sprint(i))
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// snapshotCaps returns the MaxDestinations and MaxConsumers a snapshot
+// declares (defaults applied), and false if its header does not parse.
+func snapshotCaps(data []byte) (maxDestinations, maxConsumers uint64, ok bool) {
+	if len(data) < 5 || string(data[:4]) != "MSGC" {
+		return 0, 0, false
+	}
+	b := data[5:]
+	var vals [6]uint64
+	for i := range vals {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, 0, false
+		}
+		vals[i], b = v, b[n:]
+	}
+	return cmp.Or(vals[3], connaudit.DefaultMaxDestinations), cmp.Or(vals[4], connaudit.DefaultMaxConsumers), true
+}
+
+// TestSnapshotCountsWithinItsCaps restores snapshots that hold more audits
+// than their own MaxDestinations or MaxConsumers declares, under receivers
+// whose caps would allow them: each is refused with ErrCorrupt and leaves
+// the audit unchanged, while the same records under caps that fit restore.
+func TestSnapshotCountsWithinItsCaps(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name           string
+		settings       [6]uint64
+		queues, topics int
+		refused        bool
+	}{
+		{"110 queues under MaxDestinations 10", [6]uint64{0, 0, 0, 10, 0, 0}, 110, 0, true},
+		{"11 queues under MaxDestinations 10", [6]uint64{0, 0, 0, 10, 0, 0}, 11, 0, true},
+		{"10 queues under MaxDestinations 10", [6]uint64{0, 0, 0, 10, 0, 0}, 10, 0, false},
+		{"110 topics under MaxConsumers 10", [6]uint64{0, 0, 0, 0, 10, 0}, 0, 110, true},
+		{"11 topics under MaxConsumers 10", [6]uint64{0, 0, 0, 0, 10, 0}, 0, 11, true},
+		{"10 topics under MaxConsumers 10", [6]uint64{0, 0, 0, 0, 10, 0}, 0, 10, false},
+		{"1001 queues under the default", [6]uint64{}, 1001, 0, true},
+		{"1001 topics under the default", [6]uint64{}, 0, 1001, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := mustNew(t, connaudit.Options{MaxDestinations: 5000, MaxConsumers: 5000})
+			a.Check("c", qQ, "before:1")
+			err := a.UnmarshalBinary(craftedSnapshotOf(c.settings, c.queues, c.topics))
+			if c.refused {
+				if !errors.Is(err, connaudit.ErrCorrupt) {
+					t.Fatalf("restore: %v, want a refusal wrapping ErrCorrupt (%d queues, %d topics)", err, a.Stats().Queues, a.Stats().Topics)
+				}
+				if v, _ := a.Check("c", qQ, "before:1"); v != audit.Duplicate {
+					t.Fatalf("a refused restore changed the audit: %v", v)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := a.Stats(); st.Queues != c.queues || st.Topics != c.topics {
+				t.Fatalf("restored %d queues and %d topics, want %d and %d", st.Queues, st.Topics, c.queues, c.topics)
+			}
+		})
+	}
 }
 
 // perShardedAudit is what restoring one destination audit may cost beyond

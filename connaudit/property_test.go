@@ -11,7 +11,7 @@ import (
 	"github.com/acemq/msgaudit/audit"
 	"github.com/acemq/msgaudit/audit/audittest"
 	"github.com/acemq/msgaudit/connaudit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"pgregory.net/rapid"
 )
 

@@ -128,8 +128,8 @@ func (c settings) within(limits settings) error {
 		{"Depth", c.depth, limits.depth, audit.DefaultDepth},
 		{"MaxProducers", c.maxProducers, limits.maxProducers, audit.DefaultMaxProducers},
 		{"MaxIDLength", c.maxIDLength, limits.maxIDLength, audit.DefaultMaxIDLength},
-		{"MaxDestinations", c.maxDestinations, limits.maxDestinations, DefaultMaxDestinations},
-		{"MaxConsumers", c.maxConsumers, limits.maxConsumers, DefaultMaxConsumers},
+		{"MaxDestinations", c.maxDestinations, limits.maxDestinations, defaultMaxDestinations},
+		{"MaxConsumers", c.maxConsumers, limits.maxConsumers, defaultMaxConsumers},
 	} {
 		got, have := cmp.Or(l.got, l.def), cmp.Or(l.have, l.def)
 		if got > have {

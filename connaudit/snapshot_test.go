@@ -143,6 +143,8 @@ func FuzzUnmarshalBinary(f *testing.F) {
 	}
 	f.Add(craftedSnapshot([6]uint64{0, 0, 0, connaudit.MaxTableLimit, 0, 4096}, 110))
 	f.Add(craftedSnapshot([6]uint64{0, 0, 0, 0, 0, 4096}, 3))
+	f.Add(craftedSnapshotOf([6]uint64{0, 0, 0, 10, 0, 0}, 110, 0))
+	f.Add(craftedSnapshotOf([6]uint64{0, 0, 0, 0, 10, 0}, 0, 110))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The receiver alternates between Locked and 4-shard audits; the
 		// bound is SECURITY.md's (snapshotBound), checked on every input.
@@ -163,6 +165,12 @@ func FuzzUnmarshalBinary(f *testing.F) {
 				t.Fatal("a failed restore changed the audit")
 			}
 			return
+		}
+		// A restore never holds more audits than the snapshot's own caps.
+		maxQ, maxT, ok := snapshotCaps(data)
+		if st := a.Stats(); !ok || uint64(st.Queues) > maxQ || uint64(st.Topics) > maxT {
+			t.Fatalf("restored %d queues and %d topics from a snapshot declaring MaxDestinations %d and MaxConsumers %d (header parsed: %v)",
+				st.Queues, st.Topics, maxQ, maxT, ok)
 		}
 		again, err := a.MarshalBinary()
 		if err != nil {

@@ -33,7 +33,10 @@
 // it was released, or someone took it over) return ErrClaimLost and change
 // nothing: a slow handler finding ErrClaimLost on Confirm must assume the
 // work may run again elsewhere. A confirmation is remembered for
-// Options.Retention (default 7 days) and then forgotten.
+// Options.Retention (default 7 days) and then forgotten; the SQL backends
+// delete the rows of expired claims and confirmations on their own every
+// Options.PurgeInterval (an hour by default), and Redis expires its keys
+// itself.
 //
 // # Backends
 //
@@ -54,7 +57,7 @@
 // # Keys
 //
 // An empty Key.ID is ErrInvalidKey; an empty namespace is allowed. Keys
-// whose storage form (Key.StorageKey) is longer than Options.MaxKeyLength,
+// whose storage form (see Options.MaxKeyLength) is longer than Options.MaxKeyLength,
 // or that hold bytes a backend's text type cannot (NUL, invalid UTF-8), are
 // stored as their SHA-256: never truncated, never merged.
 //

@@ -38,7 +38,11 @@ func handle(ctx context.Context, s idempotency.Store, key idempotency.Key, work 
 // InProgress, confirm on success, release on failure.
 func Example() {
 	ctx := context.Background()
-	store := idempotency.NewMemory(idempotency.Options{})
+	store, err := idempotency.NewMemory(idempotency.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer store.Close()
 	key := idempotency.Key{Namespace: "orders", ID: "ID:host-1-2:1:1:7"}
 
@@ -64,32 +68,21 @@ func Example() {
 	// concurrent: requeue
 }
 
-// ExampleKey_StorageKey shows how keys are stored: verbatim when short,
-// hashed (never truncated) when long.
-func ExampleKey_StorageKey() {
-	fmt.Println(idempotency.Key{Namespace: "orders", ID: "ID:host-1-2:1:1:7"}.StorageKey(0))
-	fmt.Println(idempotency.Key{Namespace: "a/b", ID: "c"}.StorageKey(0))
-	long := idempotency.Key{Namespace: "orders", ID: string(make([]byte, 300))}.StorageKey(0)
-	fmt.Println(long[:len(idempotency.HashedKeyPrefix)], len(long))
-	// Output:
-	// orders/ID:host-1-2:1:1:7
-	// a%2Fb/c
-	// sha256: 71
-}
-
-// ExampleRedactURL shows the password-free form used in every error.
-func ExampleRedactURL() {
-	fmt.Println(idempotency.RedactURL("postgres://app:s3cret@db:5432/msgs?sslmode=require"))
-	// Output:
-	// postgres://app:xxxxx@db:5432/msgs?sslmode=require
-}
-
 // ExampleGroup shows concurrent deliveries sharing batch calls: each
 // goroutine applies the consumer rule with the single-key calls, and
 // Group sends them to the store in batches.
 func ExampleGroup() {
 	ctx := context.Background()
-	store := idempotency.Group(idempotency.NewMemory(idempotency.Options{}), idempotency.GroupOptions{MaxBatch: 64})
+	mem, err := idempotency.NewMemory(idempotency.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	store, err := idempotency.Group(mem, idempotency.GroupOptions{MaxBatch: 64})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer store.Close()
 
 	var wg sync.WaitGroup

@@ -15,3 +15,7 @@ func GroupQueued(s Store) (queued [3]int, flushers int) {
 	}
 	return queued, flushers
 }
+
+// Normalize is Options.normalize, for the check that the backends'
+// claimkit.Normalize agrees with it.
+func Normalize(o Options) (Options, error) { return o.normalize() }

@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// Defaults applied by Group to zero GroupOptions fields.
-const (
-	// DefaultGroupMaxBatch is the largest batch Group sends.
-	DefaultGroupMaxBatch = 128
-	// DefaultGroupTimeout bounds each batch call.
-	DefaultGroupTimeout = 10 * time.Second
-)
+// DefaultGroupMaxBatch is the largest batch Group sends when
+// GroupOptions.MaxBatch is zero.
+const DefaultGroupMaxBatch = 128
+
+// defaultGroupTimeout bounds each batch call when GroupOptions.Timeout is
+// zero.
+const defaultGroupTimeout = 10 * time.Second
 
 // GroupOptions configure Group. The zero value means every default.
 type GroupOptions struct {
@@ -32,13 +32,13 @@ type GroupOptions struct {
 	Linger time.Duration
 	// Timeout bounds each batch call, which runs under a context no single
 	// caller can cancel (the first request's context without its
-	// cancellation, so its values reach the backend). Zero means
-	// DefaultGroupTimeout.
+	// cancellation, so its values reach the backend). Zero means 10
+	// seconds.
 	Timeout time.Duration
 }
 
-// Validate reports a negative MaxBatch, Linger or Timeout as ErrOptions.
-func (o GroupOptions) Validate() error {
+// validate reports a negative MaxBatch, Linger or Timeout as ErrOptions.
+func (o GroupOptions) validate() error {
 	switch {
 	case o.MaxBatch < 0:
 		return fmt.Errorf("%w: negative MaxBatch %d", ErrOptions, o.MaxBatch)
@@ -53,8 +53,8 @@ func (o GroupOptions) Validate() error {
 // Group returns a Store that coalesces the TryClaim, Confirm and Release
 // calls of concurrent goroutines into TryClaimBatch, ConfirmBatch and
 // ReleaseBatch calls on s, when s is a BatchStore; otherwise, or when
-// o.MaxBatch is 1, it returns s unchanged. It panics if o is invalid (see
-// GroupOptions.Validate): options are the caller's constants.
+// o.MaxBatch is 1, it returns s unchanged. Invalid options (a negative
+// MaxBatch, Linger or Timeout) are an error wrapping ErrOptions.
 //
 // Each kind of call has its own queue and at most one batch call in
 // flight: requests that arrive while a batch call runs form the next
@@ -77,19 +77,19 @@ func (o GroupOptions) Validate() error {
 //
 // Every per-key answer is what the single-key call would have answered;
 // an error failing a whole batch is returned to every caller in it.
-func Group(s Store, o GroupOptions) Store {
-	if err := o.Validate(); err != nil {
-		panic(err.Error())
+func Group(s Store, o GroupOptions) (Store, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	bs, ok := s.(BatchStore)
 	if !ok || o.MaxBatch == 1 {
-		return s
+		return s, nil
 	}
 	if o.MaxBatch == 0 {
 		o.MaxBatch = DefaultGroupMaxBatch
 	}
 	if o.Timeout == 0 {
-		o.Timeout = DefaultGroupTimeout
+		o.Timeout = defaultGroupTimeout
 	}
 	g := &groupStore{s: bs, o: o}
 	g.pool.New = func() any { return &groupReq{done: make(chan struct{}, 1)} }
@@ -100,7 +100,7 @@ func Group(s Store, o GroupOptions) Store {
 		b.timer = time.NewTimer(time.Hour)
 		b.timer.Stop()
 	}
-	return g
+	return g, nil
 }
 
 // groupOp is the kind of request a batcher sends.

@@ -63,16 +63,16 @@ func BenchmarkGroup(b *testing.B) {
 		for _, mode := range []string{"single", "grouped", "linger=100us"} {
 			for _, g := range []int{1, 16, 64} {
 				b.Run(fmt.Sprintf("store=%s/%s/goroutines=%d", store, mode, g), func(b *testing.B) {
-					m := idempotency.NewMemory(idempotency.Options{Retention: time.Nanosecond})
+					m := memStore(b, idempotency.Options{Retention: time.Nanosecond})
 					var s idempotency.Store = m
 					if store == "slow" {
 						s = slowStore{Memory: m, latency: 200 * time.Microsecond, mu: new(sync.Mutex)}
 					}
 					switch mode {
 					case "grouped":
-						s = idempotency.Group(s, idempotency.GroupOptions{})
+						s = group(b, s, idempotency.GroupOptions{})
 					case "linger=100us":
-						s = idempotency.Group(s, idempotency.GroupOptions{Linger: 100 * time.Microsecond})
+						s = group(b, s, idempotency.GroupOptions{Linger: 100 * time.Microsecond})
 					}
 					defer s.Close()
 					storetest.BenchPairs(b, s, g, 1<<14, func() { m.Purge() })
@@ -85,5 +85,5 @@ func BenchmarkGroup(b *testing.B) {
 // BenchmarkGroupDuplicate: a TryClaim of a confirmed key through Group
 // from one goroutine, the redelivery path's cost when nothing groups.
 func BenchmarkGroupDuplicate(b *testing.B) {
-	storetest.BenchDuplicate(b, idempotency.Group(idempotency.NewMemory(idempotency.Options{}), idempotency.GroupOptions{}))
+	storetest.BenchDuplicate(b, group(b, memStore(b, idempotency.Options{}), idempotency.GroupOptions{}))
 }

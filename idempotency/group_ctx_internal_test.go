@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 type ctxKey struct{}

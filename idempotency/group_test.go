@@ -11,7 +11,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/storetest"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 func TestGroupConformance(t *testing.T) {
@@ -26,7 +26,7 @@ func TestGroupConformance(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			storetest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
-				return idempotency.Group(idempotency.NewMemory(o), c.o)
+				return group(t, memStore(t, o), c.o)
 			}, storetest.Capabilities{})
 		})
 	}
@@ -47,8 +47,8 @@ type counting struct {
 	lastDL    time.Time // the last batch call's deadline
 }
 
-func newCounting() *counting {
-	return &counting{Memory: idempotency.NewMemory(idempotency.Options{}), calls: map[string][]int{}}
+func newCounting(tb testing.TB) *counting {
+	return &counting{Memory: memStore(tb, idempotency.Options{}), calls: map[string][]int{}}
 }
 
 func (c *counting) enter(ctx context.Context, method string, n int) error {
@@ -112,40 +112,20 @@ type plain struct{ idempotency.Store }
 
 func TestGroupUnchanged(t *testing.T) {
 	t.Parallel()
-	p := plain{idempotency.NewMemory(idempotency.Options{})}
-	if got := idempotency.Group(p, idempotency.GroupOptions{}); got != idempotency.Store(p) {
+	p := plain{memStore(t, idempotency.Options{})}
+	if got := group(t, p, idempotency.GroupOptions{}); got != idempotency.Store(p) {
 		t.Fatalf("Group of a non-BatchStore = %T, want the store itself", got)
 	}
-	m := idempotency.NewMemory(idempotency.Options{})
-	if got := idempotency.Group(m, idempotency.GroupOptions{MaxBatch: 1}); got != idempotency.Store(m) {
+	m := memStore(t, idempotency.Options{})
+	if got := group(t, m, idempotency.GroupOptions{MaxBatch: 1}); got != idempotency.Store(m) {
 		t.Fatalf("Group with MaxBatch 1 = %T, want the store itself", got)
 	}
-	g := idempotency.Group(m, idempotency.GroupOptions{})
+	g := group(t, m, idempotency.GroupOptions{})
 	if _, ok := g.(idempotency.BatchStore); ok {
 		t.Fatal("a Group store is a BatchStore: grouping it again would queue twice")
 	}
-	if again := idempotency.Group(g, idempotency.GroupOptions{}); again != g {
+	if again := group(t, g, idempotency.GroupOptions{}); again != g {
 		t.Fatal("Group of a Group store wrapped it again")
-	}
-}
-
-func TestGroupOptionsValidate(t *testing.T) {
-	t.Parallel()
-	for _, o := range []idempotency.GroupOptions{{MaxBatch: -1}, {Linger: -time.Nanosecond}, {Timeout: -time.Second}} {
-		if err := o.Validate(); !errors.Is(err, idempotency.ErrOptions) {
-			t.Errorf("%+v.Validate() = %v, want ErrOptions", o, err)
-		}
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("Group with %+v did not panic", o)
-				}
-			}()
-			idempotency.Group(idempotency.NewMemory(idempotency.Options{}), o)
-		}()
-	}
-	if err := (idempotency.GroupOptions{}).Validate(); err != nil {
-		t.Errorf("zero GroupOptions: %v", err)
 	}
 }
 
@@ -188,8 +168,8 @@ func itoa(i int) string {
 func TestGroupFormsBatchWhenFull(t *testing.T) {
 	t.Parallel()
 	const n = 10
-	c := newCounting()
-	g := idempotency.Group(c, idempotency.GroupOptions{MaxBatch: n, Linger: time.Hour})
+	c := newCounting(t)
+	g := group(t, c, idempotency.GroupOptions{MaxBatch: n, Linger: time.Hour})
 	defer g.Close()
 	ctx := testwait.Context(t, time.Minute)
 	claims := make([]idempotency.Claim, n)
@@ -222,9 +202,9 @@ func TestGroupFormsBatchWhenFull(t *testing.T) {
 func TestGroupFormsBatchWhileInFlight(t *testing.T) {
 	t.Parallel()
 	const n = 20
-	c := newCounting()
+	c := newCounting(t)
 	c.gate, c.entered = make(chan struct{}), make(chan string, 4)
-	g := idempotency.Group(c, idempotency.GroupOptions{})
+	g := group(t, c, idempotency.GroupOptions{})
 	defer g.Close()
 	ctx := testwait.Context(t, time.Minute)
 	first := run(1, func(int) {
@@ -264,10 +244,10 @@ func TestGroupFormsBatchWhileInFlight(t *testing.T) {
 // for it is released, not left to block the key for a lease.
 func TestGroupAbandonedClaimReleased(t *testing.T) {
 	t.Parallel()
-	c := newCounting()
+	c := newCounting(t)
 	c.gate, c.entered = make(chan struct{}), make(chan string, 1)
 	c.released = make(chan idempotency.Claim, 1)
-	g := idempotency.Group(c, idempotency.GroupOptions{})
+	g := group(t, c, idempotency.GroupOptions{})
 	defer g.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -298,8 +278,8 @@ func TestGroupAbandonedClaimReleased(t *testing.T) {
 // context's error at once; the Group still answers later callers.
 func TestGroupAbandonedConfirm(t *testing.T) {
 	t.Parallel()
-	c := newCounting()
-	g := idempotency.Group(c, idempotency.GroupOptions{})
+	c := newCounting(t)
+	g := group(t, c, idempotency.GroupOptions{})
 	defer g.Close()
 	bg := testwait.Context(t, time.Minute)
 	_, cl, err := g.TryClaim(bg, key(1))
@@ -338,9 +318,9 @@ func TestGroupAbandonedConfirm(t *testing.T) {
 func TestGroupCloseDrains(t *testing.T) {
 	t.Parallel()
 	const n = 6
-	c := newCounting()
+	c := newCounting(t)
 	c.gate, c.entered = make(chan struct{}), make(chan string, 1)
-	g := idempotency.Group(c, idempotency.GroupOptions{})
+	g := group(t, c, idempotency.GroupOptions{})
 	ctx := testwait.Context(t, time.Minute)
 	var answered atomic.Int32
 	first := run(1, func(int) {
@@ -397,8 +377,8 @@ func TestGroupWholeBatchError(t *testing.T) {
 	t.Parallel()
 	const n = 8
 	boom := errors.New("backend down")
-	c := newCounting()
-	g := idempotency.Group(c, idempotency.GroupOptions{MaxBatch: n, Linger: time.Hour})
+	c := newCounting(t)
+	g := group(t, c, idempotency.GroupOptions{MaxBatch: n, Linger: time.Hour})
 	defer g.Close()
 	ctx := testwait.Context(t, time.Minute)
 	claims := make([]idempotency.Claim, n)
@@ -446,8 +426,8 @@ func TestGroupRace(t *testing.T) {
 		goroutines = 64
 		msgs       = 300
 	)
-	c := newCounting()
-	g := idempotency.Group(c, idempotency.GroupOptions{MaxBatch: 16})
+	c := newCounting(t)
+	g := group(t, c, idempotency.GroupOptions{MaxBatch: 16})
 	ctx := testwait.Context(t, 2*time.Minute)
 	var succeeded [msgs]atomic.Int32
 	run(goroutines, func(w int) {
@@ -518,8 +498,8 @@ type valueKey struct{}
 // values and the Timeout as its deadline, and no cancellation.
 func TestGroupBatchContext(t *testing.T) {
 	t.Parallel()
-	c := newCounting()
-	g := idempotency.Group(c, idempotency.GroupOptions{Timeout: time.Hour})
+	c := newCounting(t)
+	g := group(t, c, idempotency.GroupOptions{Timeout: time.Hour})
 	defer g.Close()
 	ctx := context.WithValue(testwait.Context(t, time.Minute), valueKey{}, "trace-1")
 	start := time.Now()
@@ -542,8 +522,8 @@ func TestGroupBatchContext(t *testing.T) {
 func TestGroupCloseEndsLinger(t *testing.T) {
 	t.Parallel()
 	const n = 3
-	c := newCounting()
-	g := idempotency.Group(c, idempotency.GroupOptions{MaxBatch: 100, Linger: time.Hour})
+	c := newCounting(t)
+	g := group(t, c, idempotency.GroupOptions{MaxBatch: 100, Linger: time.Hour})
 	ctx := testwait.Context(t, time.Minute)
 	wait := run(n, func(i int) {
 		if out, _, err := g.TryClaim(ctx, key(i)); err != nil || out != idempotency.Claimed {

@@ -71,13 +71,12 @@ type Memory struct {
 
 var _ BatchStore = (*Memory)(nil)
 
-// NewMemory returns an empty in-memory store. It panics if o is invalid
-// (see Options.Validate): options are the caller's constants, so a bad
-// value is a programming error.
-func NewMemory(o Options) *Memory {
-	o, err := o.Normalize()
+// NewMemory returns an empty in-memory store. Invalid options (a negative
+// ClaimTTL, Retention or MaxKeyLength) are an error wrapping ErrOptions.
+func NewMemory(o Options) (*Memory, error) {
+	o, err := o.normalize()
 	if err != nil {
-		panic(err.Error())
+		return nil, err
 	}
 	clock := o.Clock
 	if _, ok := clock.(systemClock); ok {
@@ -94,7 +93,7 @@ func NewMemory(o Options) *Memory {
 	for i := range m.shards {
 		m.shards[i].m = make(map[memKey]memEntry)
 	}
-	return m
+	return m, nil
 }
 
 // key fingerprints k and picks its shard. Namespace and id are hashed

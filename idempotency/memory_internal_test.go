@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // testClock is a settable clock for the package's own tests.
@@ -17,7 +17,7 @@ func TestMemoryPurge(t *testing.T) {
 	t.Parallel()
 	ctx := testwait.Context(t, time.Minute)
 	clock := &testClock{t: time.Unix(1e9, 0)}
-	m := NewMemory(Options{ClaimTTL: time.Minute, Retention: time.Hour, Clock: clock})
+	m := memStore(t, Options{ClaimTTL: time.Minute, Retention: time.Hour, Clock: clock})
 	for i := range 300 {
 		_, c, err := m.TryClaim(ctx, Key{Namespace: "q", ID: string(rune('a'+i%26)) + time.Duration(i).String()})
 		if err != nil {
@@ -42,21 +42,22 @@ func TestMemoryPurge(t *testing.T) {
 	}
 }
 
-func TestNewMemoryPanicsOnBadOptions(t *testing.T) {
-	t.Parallel()
-	defer func() {
-		if recover() == nil {
-			t.Fatal("NewMemory with a negative TTL did not panic")
-		}
-	}()
-	NewMemory(Options{ClaimTTL: -time.Second})
+// memStore returns a Memory with options o, failing tb if NewMemory refuses
+// them.
+func memStore(tb testing.TB, o Options) *Memory {
+	tb.Helper()
+	m, err := NewMemory(o)
+	if err != nil {
+		tb.Fatalf("NewMemory(%+v): %v", o, err)
+	}
+	return m
 }
 
 // TestMemoryAllocs: confirming, checking and refusing a claim allocate
 // nothing; taking a claim allocates only its token (map growth aside).
 func TestMemoryAllocs(t *testing.T) {
 	ctx := testwait.Context(t, time.Minute)
-	m := NewMemory(Options{})
+	m := memStore(t, Options{})
 	k := Key{Namespace: "q", ID: "ID:host-1-2-3:1:1"}
 	_, c, _ := m.TryClaim(ctx, k)
 	if n := testing.AllocsPerRun(100, func() { _, _, _ = m.TryClaim(ctx, k) }); n != 0 {
@@ -97,7 +98,7 @@ func TestClockFunc(t *testing.T) {
 // expires one TTL after the wall time of the call.
 func TestMemoryDefaultClock(t *testing.T) {
 	t.Parallel()
-	m := NewMemory(Options{ClaimTTL: time.Hour})
+	m := memStore(t, Options{ClaimTTL: time.Hour})
 	before := time.Now()
 	_, c, err := m.TryClaim(context.Background(), Key{ID: "m1"})
 	after := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/schemereg"
 )
 
@@ -38,8 +39,8 @@ var registry = schemereg.New[Opener]("idempotency", "memory", map[string]string{
 // scheme is already registered: all are programming errors found at start.
 func Register(scheme string, opener Opener) { registry.Register(scheme, opener, opener == nil) }
 
-// Schemes returns the registered URL schemes, sorted, "memory" included.
-func Schemes() []string { return registry.Schemes() }
+// schemes returns the registered URL schemes, sorted, "memory" included.
+func schemes() []string { return registry.Schemes() }
 
 // Open opens the store a URL names. "memory" is NewMemory and always
 // available; every other scheme is served by the backend package that
@@ -54,23 +55,27 @@ func Schemes() []string { return registry.Schemes() }
 // The scheme is matched case-insensitively. A scheme no imported package
 // registered is ErrUnsupportedURL, and the error names the package to
 // import when it is one of the above. Errors never contain a password: URLs
-// in them go through RedactURL. Invalid Options are ErrOptions, and a
+// in them have it masked. Invalid Options are ErrOptions, and a
 // context that is already done returns its error with nothing opened.
 func Open(ctx context.Context, rawURL string, o Options) (Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := o.Validate(); err != nil {
+	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	scheme, rest := schemereg.Scheme(rawURL)
 	if scheme == "memory" {
 		if rest != "" {
-			return nil, fmt.Errorf("%w: %q: memory takes no path", ErrUnsupportedURL, RedactURL(rawURL))
+			return nil, fmt.Errorf("%w: %q: memory takes no path", ErrUnsupportedURL, redact.URL(rawURL))
 		}
-		return NewMemory(o), nil
+		m, err := NewMemory(o)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
 	}
-	opener, err := lookup(scheme, RedactURL(rawURL))
+	opener, err := lookup(scheme, redact.URL(rawURL))
 	if err != nil {
 		return nil, err
 	}

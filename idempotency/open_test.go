@@ -13,7 +13,8 @@ import (
 	_ "github.com/acemq/msgaudit/idempotency/pgstore"
 	_ "github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/idempotency/sqlitestore"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 func TestOpen(t *testing.T) {
@@ -114,7 +115,7 @@ func TestOpenNeverLeaksPassword(t *testing.T) {
 		cancel()
 		if err == nil {
 			_ = s.Close()
-			t.Errorf("Open(%s) on a closed port succeeded", idempotency.RedactURL(u))
+			t.Errorf("Open(%s) on a closed port succeeded", redact.URL(u))
 			continue
 		}
 		if strings.Contains(err.Error(), pw) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/acemq/msgaudit/internal/redact"
 )
 
 // withRegistry runs f with the registry holding only m, then restores it.
@@ -31,12 +33,12 @@ func TestOpenWithoutBackend(t *testing.T) {
 		for _, tc := range cases {
 			s, err := Open(context.Background(), tc.url, Options{})
 			if !errors.Is(err, ErrUnsupportedURL) || s != nil {
-				t.Errorf("Open(%q) = %v, %v; want ErrUnsupportedURL", RedactURL(tc.url), s, err)
+				t.Errorf("Open(%q) = %v, %v; want ErrUnsupportedURL", redactURL(tc.url), s, err)
 				continue
 			}
 			msg := err.Error()
 			if want := `import _ "github.com/acemq/msgaudit/` + tc.pkg + `"`; !strings.Contains(msg, want) {
-				t.Errorf("Open(%q) error %q does not say %s", RedactURL(tc.url), msg, want)
+				t.Errorf("Open(%q) error %q does not say %s", redactURL(tc.url), msg, want)
 			}
 			if strings.Contains(msg, "s3cretpw") {
 				t.Errorf("Open error leaks the password: %s", msg)
@@ -53,7 +55,7 @@ func TestRegister(t *testing.T) {
 		var gotOpts Options
 		Register("Test", func(ctx context.Context, rawURL string, o Options) (Store, error) {
 			gotURL, gotOpts = rawURL, o
-			return NewMemory(o), nil
+			return memStore(t, o), nil
 		})
 		s, err := Open(context.Background(), "TEST://x", Options{MaxKeyLength: 64})
 		if err != nil {
@@ -63,8 +65,8 @@ func TestRegister(t *testing.T) {
 		if gotURL != "TEST://x" || gotOpts.MaxKeyLength != 64 {
 			t.Errorf("opener got %q, %+v; want the URL and Options as given", gotURL, gotOpts)
 		}
-		if got := strings.Join(Schemes(), ","); got != "memory,test" {
-			t.Errorf("Schemes() = %s, want memory,test", got)
+		if got := strings.Join(schemes(), ","); got != "memory,test" {
+			t.Errorf("schemes() = %s, want memory,test", got)
 		}
 	})
 }
@@ -96,3 +98,6 @@ func TestRegisterPanics(t *testing.T) {
 		}
 	})
 }
+
+// redactURL masks the password of a URL for an error message.
+func redactURL(u string) string { return redact.URL(u) }

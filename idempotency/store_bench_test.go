@@ -17,7 +17,7 @@ func BenchmarkMemoryTryClaimConfirm(b *testing.B) {
 	for _, retained := range []uint64{1 << 14, 1 << 20} {
 		for _, g := range []int{1, 16} {
 			b.Run(fmt.Sprintf("retained=%d/goroutines=%d", retained, g), func(b *testing.B) {
-				m := idempotency.NewMemory(idempotency.Options{Retention: time.Nanosecond})
+				m := memStore(b, idempotency.Options{Retention: time.Nanosecond})
 				defer m.Close()
 				storetest.BenchPairs(b, m, g, retained, func() { m.Purge() })
 			})
@@ -28,5 +28,5 @@ func BenchmarkMemoryTryClaimConfirm(b *testing.B) {
 // BenchmarkMemoryTryClaimDuplicate: TryClaim of a confirmed key, the
 // redelivery path.
 func BenchmarkMemoryTryClaimDuplicate(b *testing.B) {
-	storetest.BenchDuplicate(b, idempotency.NewMemory(idempotency.Options{}))
+	storetest.BenchDuplicate(b, memStore(b, idempotency.Options{}))
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/redact"
 )
 
 // TestOpenLogsTLS: opening a store by URL logs the effective PostgreSQL
@@ -30,11 +31,11 @@ func TestOpenLogsTLS(t *testing.T) {
 		cancel()
 		if err == nil {
 			_ = s.Close()
-			t.Fatalf("%s opened", idempotency.RedactURL(c.url))
+			t.Fatalf("%s opened", redact.URL(c.url))
 		}
 		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 		if len(lines) != 1 || !strings.Contains(lines[0], c.want) || !strings.Contains(lines[0], "level="+c.level) {
-			t.Errorf("%s: logged %q, want one %s line with %q", idempotency.RedactURL(c.url), buf.String(), c.level, c.want)
+			t.Errorf("%s: logged %q, want one %s line with %q", redact.URL(c.url), buf.String(), c.level, c.want)
 		}
 		if strings.Contains(buf.String(), ":pw@") {
 			t.Errorf("password logged: %s", buf.String())

@@ -20,7 +20,7 @@ import (
 // message once.
 func TestBatchCommitCut(t *testing.T) {
 	b := newPostgres(t, true)
-	ib := b.newInbox(t, inbox.Options{Lanes: 1, MaxBatch: 100, Linger: time.Minute})
+	ib := b.newInbox(t, inbox.Options{Lanes: 1, MaxBatch: 63, Linger: time.Minute})
 	good := func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return b.apply(ctx, tx, m.Key, "ok") }
 	keys := make([]string, 5)
 	for i := range keys {
@@ -57,7 +57,7 @@ func TestBatchCommitCut(t *testing.T) {
 // effect commits once.
 func TestCrossLaneDeadlock(t *testing.T) {
 	b := newPostgres(t, false)
-	ib := b.newInbox(t, inbox.Options{Lanes: 2, MaxBatch: 100, Linger: time.Minute})
+	ib := b.newInbox(t, inbox.Options{Lanes: 2, MaxBatch: 63, Linger: time.Minute})
 	k1, k2 := "dl1-"+randHex(6), "dl2-"+randHex(6)
 	type run struct {
 		key     string
@@ -154,7 +154,7 @@ func TestCrossLaneDeadlock(t *testing.T) {
 func TestBatchMemberLockWaitTimesOut(t *testing.T) {
 	b := newPostgres(t, false)
 	other := b.newInbox(t, inbox.Options{})
-	ib, err := inbox.New(context.Background(), b.open(t), inbox.Options{Dialect: inbox.PostgreSQL, Table: b.table, Lanes: 1, MaxBatch: 100, Linger: time.Minute})
+	ib, err := inbox.New(context.Background(), b.open(t), inbox.Options{Dialect: inbox.PostgreSQL, Table: b.table, Lanes: 1, MaxBatch: 63, Linger: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

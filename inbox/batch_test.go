@@ -180,7 +180,7 @@ func TestBatchMembers(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, newBackend func(t testing.TB) *backend) {
 		b := newBackend(t)
-		ib := b.newInbox(t, inbox.Options{Lanes: 1, MaxBatch: 100, Linger: time.Minute})
+		ib := b.newInbox(t, inbox.Options{Lanes: 1, MaxBatch: 63, Linger: time.Minute})
 		good := func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return b.apply(ctx, tx, m.Key, "ok") }
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
@@ -254,7 +254,7 @@ func TestBatchConcurrentProcess(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, newBackend func(t testing.TB) *backend) {
 		b := newBackend(t)
 		lanes := 1
-		if b.dialect == inbox.PostgreSQL {
+		if b.dialect != inbox.SQLite {
 			lanes = 3
 		}
 		ib := b.newInbox(t, inbox.Options{Lanes: lanes})
@@ -313,6 +313,73 @@ func TestBatchConcurrentProcess(t *testing.T) {
 		}
 		if len(acked) != goroutines*perG/2 {
 			t.Errorf("%d keys acknowledged; want %d", len(acked), goroutines*perG/2)
+		}
+	})
+}
+
+// TestBatchMemberEndsTxWithStatement: a handler that ends the batch's
+// shared transaction with a COMMIT or ROLLBACK statement (which the
+// driver does not see) and returns nil, in the middle of a batch or as its
+// last member, on SQLite and PostgreSQL. The inbox finds its transaction
+// gone at the COMMIT: the members up to that handler are requeued, never
+// acknowledged (a ROLLBACK undid their keys and effects; a COMMIT
+// committed them, so their redelivery is a confirmed duplicate); a later
+// member is acknowledged only with its key committed (on SQLite it ran in
+// the transaction the next SAVEPOINT began, which is rolled back). After
+// the redeliveries every effect is committed exactly once.
+func TestBatchMemberEndsTxWithStatement(t *testing.T) {
+	const n = 5
+	forEachBackend(t, func(t *testing.T, newBackend func(t testing.TB) *backend) {
+		b := newBackend(t)
+		ib := b.newInbox(t, inbox.Options{Lanes: 1, MaxBatch: 63, Linger: time.Minute})
+		good := func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return b.apply(ctx, tx, m.Key, "ok") }
+		for _, stmt := range []string{"ROLLBACK", "COMMIT"} {
+			for _, culprit := range []int{2, n - 1} {
+				t.Run(fmt.Sprintf("%s by member %d", stmt, culprit), func(t *testing.T) {
+					keys := make([]string, n)
+					for i := range keys {
+						keys[i] = fmt.Sprintf("s%d-%s", i, randHex(6))
+					}
+					res := runBatch(t, ib, newReceiver(t, ib, nil), keys, func(i int) func(context.Context, *sql.Tx, *receiver.Message) error {
+						if i != culprit {
+							return good
+						}
+						return func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+							if err := b.apply(ctx, tx, m.Key, "ok"); err != nil {
+								return err
+							}
+							_, err := tx.ExecContext(ctx, stmt)
+							return err
+						}
+					})
+					for i, got := range res {
+						if i <= culprit && got.Action == receiver.Ack {
+							t.Errorf("member %d acknowledged (%s, duplicate %v); want requeued: the %s ended its batch's transaction", i, got.Reason, got.Duplicate, stmt)
+						}
+						if got.Action == receiver.Ack && (got.Duplicate || !contains(t, ib, keys[i])) {
+							t.Errorf("member %d acknowledged (duplicate %v) without its key committed", i, got.Duplicate)
+						}
+					}
+					for i, got := range res {
+						if got.Action == receiver.Ack {
+							continue
+						}
+						again := process(t, newReceiver(t, ib, nil), msg(keys[i]), inbox.Handler(good))
+						wantDup := stmt == "COMMIT" && i <= culprit
+						if again.Action != receiver.Ack || again.Duplicate != wantDup {
+							t.Errorf("member %d redelivered: %v (%s, %v), duplicate %v; want an ack, duplicate %v", i, again.Action, again.Reason, again.Err, again.Duplicate, wantDup)
+						}
+					}
+					for i, key := range keys {
+						if got := b.applied(t, key); got != 1 {
+							t.Errorf("member %d's effect committed %d times; want once", i, got)
+						}
+						if !contains(t, ib, key) {
+							t.Errorf("member %d's key is not recorded", i)
+						}
+					}
+				})
+			}
 		}
 	})
 }

@@ -16,13 +16,13 @@
 // delivery's transaction:
 //
 //	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.PostgreSQL})
-//	h := receiver.Wrap(inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+//	r, err := receiver.New(receiver.Config{Inbox: ib})
+//	h := r.Wrap(inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
 //		_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = $1`, string(m.Body))
 //		return err
-//	}), receiver.WithSelectors(ib))
+//	}))
 //
-// or receiver.Config.Selectors, or the Inbox field of the STOMP and
-// RabbitMQ consumers' Config.
+// or Pipeline.Inbox in the STOMP and RabbitMQ consumers' Config.
 //
 // # The flow of one delivery
 //
@@ -45,15 +45,23 @@
 // is right either way. A handler that commits or rolls back the
 // transaction itself makes its settlement fail with ErrTxEnded, and the
 // other deliveries of its batch with ErrBatchAborted (requeues, never
-// acknowledgements).
+// acknowledgements). One that does so with a statement (COMMIT, ROLLBACK,
+// END or ABORT run through tx), which the driver does not see, is found
+// out just before the batch's COMMIT: the lane releases a savepoint it
+// took when the transaction began, and when that fails it rolls back
+// whatever is open (on SQLite, the transaction a later delivery's
+// SAVEPOINT began) and every delivery of the batch fails with
+// ErrBatchAborted. Whatever such a handler runs after its COMMIT or
+// ROLLBACK statement is outside any inbox transaction: it commits on its
+// own, without the key, and runs again on the redelivery.
 //
 // # Batches
 //
 // A lane is one open transaction. Deliveries take a free lane one at a
 // time (a delivery waiting for a lane holds no connection) and run their
 // Select, handler and settlement in it, each under its own savepoint (the
-// first of a batch needs none: the transaction's start is its boundary, so
-// a lone delivery costs BEGIN, INSERT, COMMIT as without batching). When a
+// first of a batch needs none: the transaction's start, and the savepoint
+// the lane checks before its COMMIT, is its boundary). When a
 // delivery has settled, the lane goes to the next delivery waiting for it,
 // with the transaction still open, unless the batch holds
 // Options.MaxBatch deliveries or is Options.Linger old; the lane commits
@@ -87,7 +95,7 @@
 //     holds it back before it gets there.
 //
 // MaxBatch 1 commits every delivery alone: one transaction per delivery,
-// no savepoints.
+// no savepoint but the lane's own.
 //
 // # Guarantees
 //
@@ -108,8 +116,9 @@
 //
 // It does not cover effects outside the transaction (an HTTP call, a
 // message sent, a write to another database): those can happen twice. And
-// it remembers a key for at least Options.Retention: Purge and PurgeExpired
-// delete older rows, and a redelivery of a purged key is treated as new.
+// it remembers a key for at least Options.Retention: Purge, PurgeExpired
+// and the automatic purge (Options.PurgeInterval, off by default) delete
+// older rows, and a redelivery of a purged key is treated as new.
 //
 // # Isolation
 //
@@ -126,7 +135,7 @@
 // Every lane holds one pool connection while its transaction is open.
 // Options.Lanes sets how many there are: one on SQLite by default (one
 // writer at a time), and on PostgreSQL the concurrency of the STOMP or
-// RabbitMQ consumer the inbox is given to (Inbox.SizeLanes; DefaultLanes
+// RabbitMQ consumer the inbox is given to (Inbox.SizeLanes; 4
 // without one). Handlers of one lane run one after the other, so the lanes
 // bound how many handlers run at once. Size the pool
 // (sql.DB.SetMaxOpenConns) to at least Lanes, plus what the handler
@@ -182,12 +191,14 @@
 //
 // Options.Metrics counts every database call in the receiver.Metrics store
 // counters (StoreCalls, StoreNanos, StoreBuckets) and failed calls in
-// StoreErrors: a new key alone costs three (BEGIN, INSERT, COMMIT), a
-// recorded one three (BEGIN, INSERT, ROLLBACK); a later member of a batch
-// costs SAVEPOINT and INSERT (one call on pgx, which sends them together),
-// plus ROLLBACK TO and RELEASE when it fails, and the batch one BEGIN and
-// one COMMIT (on PostgreSQL through database/sql, and one query of the
-// server process's id when the batch gets a second member). Inbox.Batches counts the COMMITs and the deliveries they
-// covered. Duplicates the inbox rejects are
-// counted by the receiver under the reason "inbox" (DuplicatesOther).
+// StoreErrors: a new key alone costs five (BEGIN, SAVEPOINT, INSERT,
+// RELEASE, COMMIT), a recorded one four (BEGIN, SAVEPOINT, INSERT,
+// ROLLBACK), one call fewer each on pgx, which sends the SAVEPOINT with
+// the INSERT; a later member of a batch costs SAVEPOINT and INSERT (one
+// call on pgx), plus ROLLBACK TO and RELEASE when it fails, and the batch
+// BEGIN, SAVEPOINT, RELEASE and COMMIT, plus, on PostgreSQL through
+// database/sql, one query of the server process's id when the batch gets a
+// second member. Inbox.Batches counts the COMMITs and the deliveries they
+// covered. Duplicates the inbox rejects are counted by the receiver under
+// the reason "inbox" (DuplicatesOther).
 package inbox

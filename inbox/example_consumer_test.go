@@ -13,7 +13,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 )
 
-// runPayments is the README's snippet: a STOMP consumer whose handler
+// runPayments is the snippet of docs/inbox.md: a STOMP consumer whose handler
 // credits an account in the transaction that records the message key.
 func runPayments(ctx context.Context) error {
 	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
@@ -23,13 +23,15 @@ func runPayments(ctx context.Context) error {
 	defer db.Close()
 	db.SetMaxOpenConns(8) // at least Concurrency: a running delivery holds a connection
 	db.SetMaxIdleConns(8) // and keep them: database/sql would close all but 2 after each transaction
-	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.PostgreSQL})
+	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.PostgreSQL,
+		PurgeInterval: time.Hour}) // forget keys older than Retention (7 days), in short batches
 	if err != nil {
 		return err
 	}
+	defer ib.Close() // stops the purge
 	c, err := stompconsumer.New(stompconsumer.Config{
 		Addresses:   []string{"ssl://mq1:61612", "ssl://mq2:61612"},
-		Inbox:       ib, // in place of Store
+		Pipeline:    receiver.Config{Inbox: ib}, // in place of Store
 		Concurrency: 4,
 		Subscriptions: []stompconsumer.Subscription{{
 			Destination: "/queue/payments",
@@ -42,20 +44,6 @@ func runPayments(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go func() { // forget keys older than the retention (7 days), in bounded batches
-		t := time.NewTicker(time.Hour)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if _, err := ib.PurgeExpired(ctx); err != nil {
-					slog.Warn("inbox purge failed", "err", err)
-				}
-			}
-		}
-	}()
 	return c.Run(ctx)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/inbox"
+	"github.com/acemq/msgaudit/internal/inboxsql"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -158,7 +159,7 @@ func TestCommitBoundedBySettleTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	if err := reader.QueryRowContext(context.Background(), `SELECT count(*) FROM `+inbox.DefaultTable).Scan(&n); err != nil {
+	if err := reader.QueryRowContext(context.Background(), `SELECT count(*) FROM `+inboxsql.DefaultTable).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	r := newReceiver(t, ib, func(c *receiver.Config) { c.SettleTimeout = 200 * time.Millisecond })

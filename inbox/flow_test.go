@@ -208,7 +208,7 @@ func TestNoTx(t *testing.T) {
 		t.Errorf("handler without a transaction returned %v; want ErrNoTx", err)
 	}
 	// Through a receiver without the inbox: the delivery is requeued.
-	r, err := receiver.New(receiver.Config{})
+	r, err := receiver.New(receiver.Config{MemoryOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,9 +15,10 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/inbox"
-	"github.com/acemq/msgaudit/internal/tcpproxy"
-	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/tcpproxy"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
 	"github.com/acemq/msgaudit/receiver"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
@@ -50,12 +52,128 @@ type backend struct {
 	cut     func() // cuts the database connections (nil: not supported)
 	down    func(bool)
 	trace   *cutter // PostgreSQL through the proxy: cut at a chosen statement
+	// MySQL: its connections go through a proxy that cuts the next COMMIT
+	// once commitCut is armed (MySQL has no deferred constraint to fail
+	// a COMMIT with).
+	commitCut *mysqlCommitCut
+}
+
+// mysqlCommitCut cuts a connection instead of forwarding its next COMMIT,
+// once armed.
+type mysqlCommitCut struct {
+	mu    sync.Mutex
+	armed bool
+	hits  int
+}
+
+func (c *mysqlCommitCut) arm() {
+	c.mu.Lock()
+	c.armed = true
+	c.mu.Unlock()
+}
+
+// splitMySQL cuts a client's stream into MySQL packets: a 3-byte
+// little-endian length, a sequence byte, the payload.
+func splitMySQL(data []byte, atEOF bool) (int, []byte, error) {
+	if len(data) < 4 {
+		return 0, nil, nil
+	}
+	n := 4 + (int(data[0]) | int(data[1])<<8 | int(data[2])<<16)
+	if len(data) < n {
+		return 0, nil, nil
+	}
+	return n, data[:n], nil
+}
+
+// filter cuts the connection at a COM_QUERY "COMMIT" once armed.
+func (c *mysqlCommitCut) filter(p []byte) tcpproxy.Verdict {
+	if len(p) > 5 && p[4] == 0x03 && strings.EqualFold(string(p[5:]), "COMMIT") {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.armed {
+			c.armed = false
+			c.hits++
+			return tcpproxy.Cut
+		}
+	}
+	return tcpproxy.Forward
+}
+
+// mysqlConfig returns the driver configuration of MSGAUDIT_MYSQL_URL
+// (mysql://user[:password]@host:port/database).
+func mysqlConfig(t testing.TB) *mysql.Config {
+	t.Helper()
+	raw := testenv.Getenv(t, "MSGAUDIT_MYSQL_URL", "the MySQL inbox tests need a MySQL or MariaDB server")
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "mysql" {
+		t.Fatalf("MSGAUDIT_MYSQL_URL %q: want mysql://user[:password]@host:port/database", raw)
+	}
+	cfg := mysql.NewConfig()
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net, cfg.Addr = "tcp", u.Host
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	cfg.Timeout = 5 * time.Second
+	return cfg
+}
+
+// newMySQL returns a MySQL backend on MSGAUDIT_MYSQL_URL through a proxy
+// that can cut a COMMIT. Tables are dropped at cleanup.
+func newMySQL(t testing.TB) *backend {
+	t.Helper()
+	cfg := mysqlConfig(t)
+	suffix := randHex(4)
+	b := &backend{name: "mysql", dialect: inbox.MySQL, table: "msgaudit_inbox_test_" + suffix,
+		fx: "msgaudit_inbox_fx_" + suffix, parent: "msgaudit_inbox_parent_" + suffix, commitCut: &mysqlCommitCut{}}
+	b.dsn = cfg.FormatDSN()
+	proxy, err := tcpproxy.New(cfg.Addr, tcpproxy.Options{Split: splitMySQL, Filter: b.commitCut.filter})
+	if err != nil {
+		t.Fatalf("tcpproxy: %v", err)
+	}
+	t.Cleanup(proxy.Close)
+	b.cut = func() { proxy.Cut() }
+	b.down = proxy.SetDown
+	b.open = func(t testing.TB) *sql.DB {
+		c := cfg.Clone()
+		c.Addr = proxy.Addr()
+		conn, err := mysql.NewConnector(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sql.OpenDB(conn)
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}
+	b.db = b.open(t)
+	if _, err := b.db.ExecContext(context.Background(), "CREATE TABLE "+b.fx+" (`key` VARCHAR(255) PRIMARY KEY, n INTEGER NOT NULL, parent VARCHAR(16) NOT NULL) ENGINE=InnoDB"); err != nil {
+		t.Fatalf("mysql: creating %s: %v", b.fx, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := mysql.NewConnector(cfg)
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		db := sql.OpenDB(conn)
+		defer db.Close()
+		for _, tb := range []string{b.table, b.fx} {
+			if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+tb); err != nil {
+				t.Errorf("cleanup: drop %s: %v", tb, err)
+			}
+		}
+	})
+	return b
 }
 
 // ph returns the i-th (1-based) placeholder.
 func (b *backend) ph(i int) string {
-	if b.dialect == inbox.PostgreSQL {
+	switch b.dialect {
+	case inbox.PostgreSQL:
 		return fmt.Sprintf("$%d", i)
+	case inbox.MySQL:
+		return "?"
 	}
 	return fmt.Sprintf("?%d", i)
 }
@@ -79,8 +197,17 @@ func (b *backend) setupFX(t testing.TB) {
 }
 
 // apply is the test's effect: count one application of key. parent "bad"
-// makes the COMMIT fail.
+// makes the COMMIT fail (on MySQL by cutting the connection instead of
+// sending it: the outcome is unknown to the client, and the server rolls
+// the transaction back).
 func (b *backend) apply(ctx context.Context, tx *sql.Tx, key, parent string) error {
+	if b.dialect == inbox.MySQL {
+		if parent == "bad" {
+			b.commitCut.arm()
+		}
+		_, err := tx.ExecContext(ctx, "INSERT INTO "+b.fx+" (`key`, n, parent) VALUES (?, 1, ?) ON DUPLICATE KEY UPDATE n = n + 1", key, parent)
+		return err
+	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO `+b.fx+` (key, n, parent) VALUES (`+b.ph(1)+`, 1, `+b.ph(2)+`)
 		ON CONFLICT (key) DO UPDATE SET n = `+b.fx+`.n + 1`, key, parent)
 	return err
@@ -90,7 +217,11 @@ func (b *backend) apply(ctx context.Context, tx *sql.Tx, key, parent string) err
 func (b *backend) applied(t testing.TB, key string) int {
 	t.Helper()
 	var n int
-	err := b.db.QueryRowContext(context.Background(), `SELECT n FROM `+b.fx+` WHERE key = `+b.ph(1), key).Scan(&n)
+	col := "key"
+	if b.dialect == inbox.MySQL {
+		col = "`key`"
+	}
+	err := b.db.QueryRowContext(context.Background(), `SELECT n FROM `+b.fx+` WHERE `+col+` = `+b.ph(1), key).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0
 	}
@@ -249,6 +380,7 @@ func newPostgres(t testing.TB, proxied bool) *backend {
 func forEachBackend(t *testing.T, f func(t *testing.T, newBackend func(t testing.TB) *backend)) {
 	t.Run("sqlite", func(t *testing.T) { f(t, newSQLite) })
 	t.Run("postgres", func(t *testing.T) { f(t, func(t testing.TB) *backend { return newPostgres(t, false) }) })
+	t.Run("mysql", func(t *testing.T) { f(t, newMySQL) })
 }
 
 // msg is a delivery of key on the test queue.

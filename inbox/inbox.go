@@ -8,10 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/inboxlane"
 	"github.com/acemq/msgaudit/internal/inboxsql"
+	"github.com/acemq/msgaudit/internal/pgtable"
+	"github.com/acemq/msgaudit/internal/purgeloop"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -24,43 +28,24 @@ const (
 	PostgreSQL Dialect = iota + 1
 	// SQLite is SQLite (for example through modernc.org/sqlite).
 	SQLite
+	// MySQL is MySQL or MariaDB with InnoDB tables (for example through
+	// github.com/go-sql-driver/mysql). See the package documentation for
+	// what the inbox needs of the connection.
+	MySQL
 )
 
-// String returns "postgresql" or "sqlite".
+// String returns "postgresql", "sqlite" or "mysql".
 func (d Dialect) String() string {
 	switch d {
 	case PostgreSQL:
 		return "postgresql"
 	case SQLite:
 		return "sqlite"
+	case MySQL:
+		return "mysql"
 	}
 	return "dialect(" + strconv.Itoa(int(d)) + ")"
 }
-
-// Defaults of Options.
-const (
-	// DefaultTable is the table used when Options.Table is "".
-	DefaultTable = inboxsql.DefaultTable
-	// DefaultRetention is how long a recorded key is kept at least when
-	// Options.Retention is 0: seven days, the idempotency stores' default.
-	DefaultRetention = inboxsql.DefaultRetention
-	// DefaultMaxKeyLength is the longest key (and namespace) stored
-	// verbatim when Options.MaxKeyLength is 0.
-	DefaultMaxKeyLength = inboxsql.DefaultMaxKeyLength
-	// DefaultPurgeBatch is how many rows one Purge statement deletes at
-	// most when Options.PurgeBatch is 0.
-	DefaultPurgeBatch = inboxsql.DefaultPurgeBatch
-	// DefaultMaxBatch is the most deliveries one COMMIT covers when
-	// Options.MaxBatch is 0.
-	DefaultMaxBatch = inboxsql.DefaultMaxBatch
-	// DefaultLinger is how long a batch takes new members at most when
-	// Options.Linger is 0.
-	DefaultLinger = inboxsql.DefaultLinger
-	// DefaultLanes is the number of lanes on PostgreSQL when Options.Lanes
-	// is 0 and no consumer sized them (see Inbox.SizeLanes). On SQLite the
-	// default is one lane.
-	DefaultLanes = inboxsql.DefaultLanes
-)
 
 // Options configure an Inbox. Dialect is required; every other zero value
 // means its default.
@@ -69,16 +54,22 @@ type Options struct {
 	Dialect Dialect
 	// Table is the inbox table, [schema.]name of letters, digits and '_'
 	// (the name at most 47 bytes); it is quoted, so it is case-sensitive.
-	// "" means DefaultTable.
+	// "" means "msgaudit_inbox". A temporary table is refused, named (pg_temp.,
+	// SQLite's temp.) or reached through a search_path that starts with
+	// pg_temp, and so is an unlogged PostgreSQL table: their keys vanish
+	// with a connection or a crash.
 	Table string
 	// Namespace scopes the keys; "" means the message's destination. Topic
-	// deliveries append "#" and the consumer, exactly like
-	// receiver.StoreOptions.Namespace: each subscriber's copy is its own
+	// deliveries append "#" and the consumer (with '%' and '#' in it
+	// written "%25" and "%23"), exactly like
+	// receiver.Config.Namespace: each subscriber's copy is its own
 	// unit of work.
 	Namespace string
 	// Retention is how long a recorded key is kept at least: PurgeExpired
-	// deletes rows older than it. 0 means DefaultRetention. A redelivery
-	// arriving after its key was purged is treated as new.
+	// and the automatic purge (PurgeInterval) delete rows older than it,
+	// never younger ones. 0 means seven days, the idempotency stores'
+	// default. A redelivery arriving after its key was purged is treated
+	// as new.
 	Retention time.Duration
 	// Isolation is the isolation level of the delivery's transaction.
 	// PostgreSQL: sql.LevelDefault (the server's default, normally READ
@@ -88,16 +79,32 @@ type Options struct {
 	Isolation sql.IsolationLevel
 	// MaxKeyLength is the longest key and namespace stored verbatim, in
 	// bytes; longer ones are stored as "sha256:" and their hex SHA-256,
-	// never truncated. 0 means DefaultMaxKeyLength.
+	// never truncated. 0 means 256.
 	MaxKeyLength int
-	// PurgeBatch bounds the rows one Purge statement deletes; 0 means
-	// DefaultPurgeBatch.
+	// PurgeBatch bounds the rows one Purge statement deletes, each
+	// statement its own short transaction, so a delivery's INSERT waits
+	// at most for one batch; 0 means 1000, a batch of a few milliseconds.
 	PurgeBatch int
+	// PurgeInterval is how often the inbox deletes the rows older than
+	// Retention on its own (PurgeExpired, in batches of PurgeBatch), from
+	// a goroutine New starts and Close stops; the first purge runs one
+	// interval after New, and after each batch it waits as long as the
+	// batch took on PostgreSQL and MySQL, nine times as long on SQLite,
+	// whose one write lock every delivery needs (docs/performance.md has
+	// what it costs the deliveries). Zero, or a negative value, means no
+	// automatic purge: call PurgeExpired yourself or keep every key. It is
+	// off by default because, unlike an idempotency store's expired rows,
+	// which no call sees any more, an inbox key older than Retention
+	// still catches a late redelivery until it is deleted: turning the
+	// purge on decides that a redelivery arriving after Retention is new
+	// work, and only the application can decide that. An hour suits most:
+	// the table then holds Retention plus at most an hour of keys.
+	PurgeInterval time.Duration
 	// Lanes is the number of lanes: transactions open at once, each
 	// running its deliveries' handlers one after the other (see the
 	// package documentation). 0 means one on SQLite (one writer at a
 	// time) and, on PostgreSQL, the concurrency of the consumer the inbox
-	// is given to (Inbox.SizeLanes), or DefaultLanes without one. The
+	// is given to (Inbox.SizeLanes), or 4 without one. The
 	// pool must allow at least Lanes connections, on PostgreSQL better one
 	// more: a batch member whose INSERT waits for another transaction past
 	// its context is cancelled through a free connection (without one
@@ -106,13 +113,17 @@ type Options struct {
 	Lanes int
 	// MaxBatch is the most deliveries one COMMIT covers; 1 commits every
 	// delivery alone (the savepoint-free flow of one transaction per
-	// delivery). 0 means DefaultMaxBatch.
+	// delivery). 0 means 32. On PostgreSQL it is at most 63: each member
+	// is a savepoint, a subtransaction, and a batch of more would hold
+	// more than the 64 subtransactions a backend caches, which slows
+	// every session reading the table while the batch is open. A handler
+	// that takes savepoints of its own adds to the count.
 	MaxBatch int
 	// Linger is how long after its first delivery a batch takes new
 	// members while deliveries keep waiting for the lane; it then commits
 	// at the next member boundary. A batch commits at once when no
 	// delivery waits, so a lone delivery never lingers. 0 means
-	// DefaultLinger.
+	// 5 ms.
 	Linger time.Duration
 	// Metrics receives the database calls' latency and errors in its
 	// store counters (StoreCalls, StoreNanos, StoreBuckets, StoreErrors);
@@ -120,7 +131,7 @@ type Options struct {
 	// receiver (reason "inbox", in DuplicatesOther).
 	Metrics *receiver.Metrics
 	// Logger receives warnings (for example a configuration New could not
-	// verify); nil is silent.
+	// verify, or an automatic purge that failed); nil is silent.
 	Logger *slog.Logger
 }
 
@@ -133,7 +144,9 @@ var (
 	// transaction in its context: the handler is never run without it.
 	ErrNoTx = errors.New("inbox: no inbox transaction in the handler's context")
 	// ErrTxEnded is the settlement error when the handler committed or
-	// rolled back the inbox's transaction itself. The delivery is requeued,
+	// rolled back the inbox's transaction itself (tx.Commit, tx.Rollback;
+	// a COMMIT or ROLLBACK statement is found at the batch's COMMIT and
+	// fails the whole batch with ErrBatchAborted). The delivery is requeued,
 	// never acknowledged: the inbox commits (when the handler returns nil)
 	// or rolls back (when it returns an error), the handler must do
 	// neither.
@@ -147,8 +160,11 @@ var (
 	ErrCommit = inboxlane.ErrCommit
 	// ErrBatchAborted is the settlement error of a delivery whose batch's
 	// transaction another delivery's handler ended (ErrTxEnded) or left
-	// unusable, or whose lane lost its connection: its work is not
-	// committed, and it is requeued, never acknowledged.
+	// unusable, or whose lane lost its connection, and of every delivery
+	// of a batch whose transaction a handler ended with a COMMIT or
+	// ROLLBACK statement: its work is not known committed, and it is
+	// requeued, never acknowledged (after a COMMIT statement its
+	// redelivery may find its key: a confirmed duplicate).
 	ErrBatchAborted = inboxlane.ErrAborted
 )
 
@@ -165,6 +181,9 @@ type Inbox struct {
 	txOpts    *sql.TxOptions
 	lanes     *inboxlane.Pool
 	sized     bool // Options.Lanes was set, or the dialect fixes it
+	purged    purgeloop.Counters
+	purger    *purgeloop.Loop
+	pace      int // the automatic purge's, by dialect (purgeloop.Batches)
 }
 
 var _ receiver.Selector = (*Inbox)(nil)
@@ -174,7 +193,8 @@ var _ receiver.Selector = (*Inbox)(nil)
 // begin their transactions IMMEDIATE, as far as it can tell; see the
 // package documentation), and creates the table (unique on namespace and
 // key, indexed on the recording time) if it is missing. db stays the
-// caller's: the Inbox never closes it.
+// caller's: the Inbox never closes it. With Options.PurgeInterval set, New
+// starts the automatic purge; Close stops it.
 func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", ErrConfig)
@@ -196,8 +216,14 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 		default:
 			return nil, fmt.Errorf("%w: isolation %v is not supported on SQLite, whose transactions are serializable (use default or serializable)", ErrConfig, o.Isolation)
 		}
+	case MySQL:
+		switch o.Isolation {
+		case sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable:
+		default:
+			return nil, fmt.Errorf("%w: isolation %v is not supported on MySQL (use default, read committed, repeatable read or serializable)", ErrConfig, o.Isolation)
+		}
 	case 0:
-		return nil, fmt.Errorf("%w: Options.Dialect is required (inbox.PostgreSQL or inbox.SQLite)", ErrConfig)
+		return nil, fmt.Errorf("%w: Options.Dialect is required (inbox.PostgreSQL, inbox.SQLite or inbox.MySQL)", ErrConfig)
 	default:
 		return nil, fmt.Errorf("%w: unknown dialect %v", ErrConfig, o.Dialect)
 	}
@@ -211,12 +237,20 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 	if o.Lanes, o.MaxBatch, o.Linger, err = inboxsql.BatchLimits(o.Lanes, o.MaxBatch, o.Linger); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
-	st, err := inboxsql.Build(o.Table, o.Dialect == PostgreSQL)
+	if o.Dialect == PostgreSQL {
+		if err := inboxsql.PostgresBatch(o.MaxBatch); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
+	if o.Dialect == MySQL && o.MaxKeyLength > inboxsql.MaxMySQLKey {
+		return nil, fmt.Errorf("%w: MaxKeyLength %d is over %d bytes, the most a MySQL inbox column holds (longer keys are stored hashed)", ErrConfig, o.MaxKeyLength, inboxsql.MaxMySQLKey)
+	}
+	st, err := inboxsql.Build(o.Table, map[Dialect]inboxsql.Kind{PostgreSQL: inboxsql.Postgres, SQLite: inboxsql.SQLite, MySQL: inboxsql.MySQL}[o.Dialect])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	if o.Table == "" {
-		o.Table = DefaultTable
+		o.Table = inboxsql.DefaultTable
 	}
 	log := o.Logger
 	if log == nil {
@@ -246,13 +280,79 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 	if err := ib.create(ctx); err != nil {
 		return nil, err
 	}
+	if o.Dialect == MySQL {
+		if err := ib.checkMySQL(ctx); err != nil {
+			return nil, err
+		}
+	}
+	ib.pace = purgeloop.Server
+	if o.Dialect == SQLite {
+		ib.pace = purgeloop.SQLite
+	}
+	ib.purger = purgeloop.Start(o.PurgeInterval, "inbox "+o.Table, log, ib.autoPurge)
 	return ib, nil
+}
+
+// Close stops the automatic purge (Options.PurgeInterval) and waits for a
+// purge in progress to stop at its next statement; an Inbox without one
+// has nothing to stop. Close closes nothing else: the database is the
+// caller's. Call it once the consumer using the inbox has stopped; it
+// always returns nil.
+func (ib *Inbox) Close() error {
+	ib.purger.Stop()
+	return nil
+}
+
+// PurgeStats returns the counters of the inbox's purges: the automatic
+// ones and the calls of Purge and PurgeExpired.
+func (ib *Inbox) PurgeStats() idempotency.PurgeStats {
+	runs, rows, errs, busy := ib.purged.Load()
+	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
+}
+
+// checkMySQL checks that the table is InnoDB (a MyISAM table has no
+// transactions: the key would not commit or roll back with the effect)
+// and that the connection counts changed rows, not found ones: with the
+// driver's clientFoundRows=true, the INSERT of a recorded key would
+// report a row and a duplicate would run again.
+func (ib *Inbox) checkMySQL(ctx context.Context) error {
+	var engine string
+	if err := ib.db.QueryRowContext(ctx, ib.sql.Resolve, ib.sql.Schema, ib.sql.Name).Scan(&engine); err != nil {
+		return fmt.Errorf("inbox: mysql: reading the engine of %s: %w", ib.o.Table, err)
+	}
+	if !strings.EqualFold(engine, "InnoDB") {
+		return fmt.Errorf("%w: inbox table %s uses the %s engine, which has no transactions; the key must commit with the effect: ALTER TABLE ... ENGINE=InnoDB", ErrConfig, ib.o.Table, engine)
+	}
+	tx, err := ib.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("inbox: mysql: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	probe := inboxsql.HashedProbe
+	for i := range 2 {
+		res, err := tx.ExecContext(ctx, ib.sql.Insert, ib.sql.InsertArgs(probe, probe, time.Now())...)
+		if err != nil {
+			return fmt.Errorf("inbox: mysql: probing the INSERT: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("inbox: mysql: probing the INSERT: %w", err)
+		}
+		if i == 1 && n != 0 {
+			return fmt.Errorf("%w: the connection reports %d row(s) for the INSERT of a recorded key: it counts found rows (clientFoundRows=true in the DSN?), so a duplicate would run again", ErrConfig, n)
+		}
+	}
+	return nil
 }
 
 // create runs the schema statements; a PostgreSQL CREATE ... IF NOT EXISTS
 // racing another process's can fail once on a catalog unique index, so a
-// failed statement is tried a second time.
+// failed statement is tried a second time. On PostgreSQL see
+// createPostgres.
 func (ib *Inbox) create(ctx context.Context) error {
+	if ib.sql.Postgres {
+		return ib.createPostgres(ctx)
+	}
 	for _, q := range ib.sql.Create {
 		if _, err := ib.db.ExecContext(ctx, q); err != nil {
 			if _, err2 := ib.db.ExecContext(ctx, q); err2 != nil {
@@ -261,6 +361,50 @@ func (ib *Inbox) create(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// createPostgres runs the schema statements in one transaction, under an
+// advisory lock that serialises concurrent creators (tried a second time
+// if it fails all the same), and then checks on that connection what the
+// table's name resolved to: a temporary table (an unqualified name under
+// a search_path that starts with pg_temp) or an unlogged one loses
+// recorded keys and is refused, its creation rolled back.
+func (ib *Inbox) createPostgres(ctx context.Context) error {
+	var err error
+	for range 2 {
+		var bad error
+		if bad, err = ib.createPostgresTx(ctx); bad != nil {
+			return fmt.Errorf("%w: inbox table %s: %v", ErrConfig, ib.o.Table, bad)
+		}
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("inbox: creating table %s: %w", ib.o.Table, err)
+}
+
+// createPostgresTx is one attempt of createPostgres: bad is the table
+// check's refusal, err any other failure.
+func (ib *Inbox) createPostgresTx(ctx context.Context) (bad, err error) {
+	tx, err := ib.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, q := range append([]string{inboxsql.CreateLock}, ib.sql.Create...) {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	var schema, persistence string
+	err = tx.QueryRowContext(ctx, ib.sql.Resolve, ib.sql.Table).Scan(&schema, &persistence)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	if bad := pgtable.Check(ib.sql.Table, err == nil, schema, persistence); bad != nil {
+		return bad, nil
+	}
+	return nil, tx.Commit()
 }
 
 // checkSQLite checks the busy timeout and, when the pool has room for a
@@ -304,12 +448,6 @@ func (ib *Inbox) checkSQLite(ctx context.Context) error {
 
 // Name returns "inbox".
 func (ib *Inbox) Name() string { return "inbox" }
-
-// Table returns the table name (Options.Table, or DefaultTable).
-func (ib *Inbox) Table() string { return ib.o.Table }
-
-// Retention returns the effective Options.Retention.
-func (ib *Inbox) Retention() time.Duration { return ib.o.Retention }
 
 // Namespace returns the namespace m's key is recorded under.
 func (ib *Inbox) Namespace(m *receiver.Message) string { return ib.namespace(m) }
@@ -411,6 +549,15 @@ func (ib *Inbox) begin(ctx context.Context) (inboxlane.Tx, error) {
 		cancel()
 		return nil, err
 	}
+	// The savepoint the COMMIT checks for (see sqlTx.Check).
+	t0 = time.Now()
+	_, err = tx.ExecContext(ctx, `SAVEPOINT `+inboxsql.BatchSavepoint)
+	ib.count.Observe(time.Since(t0), err)
+	if err != nil {
+		_ = tx.Rollback()
+		cancel()
+		return nil, err
+	}
 	return &sqlTx{ib: ib, tx: tx, cancel: cancel}, nil
 }
 
@@ -420,6 +567,30 @@ type sqlTx struct {
 	tx     *sql.Tx
 	cancel context.CancelFunc
 	pid    int64 // PostgreSQL's server process, once known
+	member bool  // a member's savepoint was taken
+}
+
+// stillOpen fails unless the lane's transaction is still open, on MySQL
+// before a later member's savepoint. There, after a handler ended the
+// transaction with a COMMIT or ROLLBACK statement, every later statement
+// would commit on its own (autocommit), a member's key and effect each
+// alone; releasing the latest savepoint fails instead (error 1305), and
+// the batch is rolled back and requeued. The savepoint is taken again,
+// so a later member or the check at COMMIT finds it.
+func (t *sqlTx) stillOpen(ctx context.Context) error {
+	stmts := []string{`RELEASE SAVEPOINT ` + savepoint}
+	if !t.member {
+		stmts = []string{`RELEASE SAVEPOINT ` + inboxsql.BatchSavepoint, `SAVEPOINT ` + inboxsql.BatchSavepoint}
+	}
+	for _, q := range stmts {
+		t0 := time.Now()
+		_, err := t.tx.ExecContext(ctx, q)
+		t.ib.count.Observe(time.Since(t0), err)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // savepoint names every member's savepoint; members nest, so ROLLBACK TO
@@ -437,12 +608,18 @@ func (t *sqlTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, erro
 		// transaction, so ctx ending cancels it on the server instead.
 		ctx0 := ctx
 		ctx = context.WithoutCancel(ctx)
+		if t.ib.sql.MySQL {
+			if err := t.stillOpen(ctx); err != nil {
+				return false, err
+			}
+		}
 		t0 := time.Now()
 		_, err := t.tx.ExecContext(ctx, `SAVEPOINT `+savepoint)
 		t.ib.count.Observe(time.Since(t0), err)
 		if err != nil {
 			return false, err
 		}
+		t.member = true
 		if t.pid == 0 && t.ib.sql.PID != "" { // once a batch
 			t0 := time.Now()
 			err := t.tx.QueryRowContext(ctx, t.ib.sql.PID).Scan(&t.pid)
@@ -454,7 +631,7 @@ func (t *sqlTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, erro
 		if t.pid != 0 {
 			var inserted bool
 			err := inboxsql.Guard(ctx0, func(c context.Context) error {
-				_, err := t.ib.db.ExecContext(c, inboxsql.CancelBackend, t.pid)
+				_, err := t.ib.db.ExecContext(c, t.ib.sql.Cancel, t.pid)
 				return err
 			}, func(c context.Context) error {
 				var err error
@@ -480,6 +657,9 @@ func (t *sqlTx) insert(ctx context.Context, ns, key string) (bool, error) {
 }
 
 func (t *sqlTx) RollbackTo(ctx context.Context) error {
+	// MySQL keeps one savepoint of a name (a new one replaces it), so
+	// after this RELEASE none is left; stillOpen checks the batch's.
+	t.member = false
 	for _, q := range [...]string{`ROLLBACK TO SAVEPOINT ` + savepoint, `RELEASE SAVEPOINT ` + savepoint} {
 		t0 := time.Now()
 		_, err := t.tx.ExecContext(ctx, q)
@@ -489,6 +669,17 @@ func (t *sqlTx) RollbackTo(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Check releases the savepoint begin took. It fails when a handler ended
+// the transaction with a COMMIT or ROLLBACK statement: on PostgreSQL no
+// transaction is open any more; on SQLite none is, or a later member's
+// SAVEPOINT began a new one without the savepoint.
+func (t *sqlTx) Check(ctx context.Context) error {
+	t0 := time.Now()
+	_, err := t.tx.ExecContext(ctx, `RELEASE SAVEPOINT `+inboxsql.BatchSavepoint)
+	t.ib.count.Observe(time.Since(t0), err)
+	return err
 }
 
 func (t *sqlTx) Commit(ctx context.Context) error {
@@ -560,30 +751,50 @@ func (ib *Inbox) Contains(ctx context.Context, namespace, key string) (bool, err
 // It works in batches of at most Options.PurgeBatch rows, each one short
 // statement (its own transaction) that walks the recorded_at index, oldest
 // first, and stops after the first short batch; on PostgreSQL it skips
-// rows locked by a running transaction. On an error or a cancelled ctx it
-// returns the rows deleted so far with the error. A redelivery of a purged
-// key is treated as new.
-func (ib *Inbox) Purge(ctx context.Context, olderThan time.Time) (int64, error) {
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
+// rows locked by a running transaction, and each batch starts where the
+// previous one stopped. Purge runs its batches back to back; the automatic
+// purge (Options.PurgeInterval) runs the same ones with a pause after
+// each. On an error or a cancelled ctx it returns the rows deleted so far
+// with the error. A redelivery of a purged key is treated as new.
+func (ib *Inbox) Purge(ctx context.Context, olderThan time.Time) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { ib.purged.Observe(n, time.Since(t0), err) }()
+	return ib.purge(ctx, olderThan, purgeloop.Unpaced)
+}
+
+// purge is Purge without the counting; see purgeloop.Batches for pace.
+func (ib *Inbox) purge(ctx context.Context, olderThan time.Time, pace int) (int64, error) {
+	var from time.Time // PostgreSQL: where the next batch starts (see inboxsql.Build)
+	return purgeloop.Batches(ctx, ib.o.PurgeBatch, pace, func(ctx context.Context) (int64, error) {
 		t0 := time.Now()
-		res, err := ib.db.ExecContext(ctx, ib.sql.Purge, ib.sql.Time(olderThan), ib.o.PurgeBatch)
 		var n int64
-		if err == nil {
-			n, err = res.RowsAffected()
+		var err error
+		if ib.sql.Postgres {
+			var last sql.NullTime
+			err = ib.db.QueryRowContext(ctx, ib.sql.Purge, olderThan, ib.o.PurgeBatch, from).Scan(&n, &last)
+			if last.Valid {
+				from = last.Time
+			}
+		} else {
+			var res sql.Result
+			res, err = ib.db.ExecContext(ctx, ib.sql.Purge, ib.sql.Time(olderThan), ib.o.PurgeBatch)
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
 		}
 		ib.count.Observe(time.Since(t0), err)
 		if err != nil {
-			return total, fmt.Errorf("inbox: purge: %w", err)
+			return 0, fmt.Errorf("inbox: purge: %w", err)
 		}
-		total += n
-		if n < int64(ib.o.PurgeBatch) {
-			return total, nil
-		}
-	}
+		return n, nil
+	})
+}
+
+// autoPurge is the automatic purge: PurgeExpired, paced.
+func (ib *Inbox) autoPurge(ctx context.Context) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { ib.purged.Observe(n, time.Since(t0), err) }()
+	return ib.purge(ctx, time.Now().Add(-ib.o.Retention), ib.pace)
 }
 
 // PurgeExpired deletes the rows older than Options.Retention (see Purge).

@@ -60,7 +60,7 @@ func TestSIGKILL(t *testing.T) {
 		b := newBackend(t)
 		ib := b.newInbox(t, inbox.Options{})
 		dsn := os.Getenv("MSGAUDIT_POSTGRES_URL")
-		if b.dialect == inbox.SQLite {
+		if b.dialect != inbox.PostgreSQL {
 			dsn = b.dsn
 		}
 		cases := []struct {
@@ -88,7 +88,7 @@ func TestSIGKILL(t *testing.T) {
 					// The claim the dead process left behind lapses; a clock
 					// past its lease stands for the wait, without sleeping.
 					later := idempotency.ClockFunc(func() time.Time { return time.Now().Add(time.Hour) })
-					st, err := sqlitestore.Open(context.Background(), storePath, idempotency.Options{ClaimTTL: time.Minute, Clock: later})
+					st, err := sqlitestore.Open(context.Background(), storePath, sqlitestore.Options{Options: idempotency.Options{ClaimTTL: time.Minute, Clock: later}})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -136,7 +136,7 @@ func TestSIGKILLBatch(t *testing.T) {
 		b := newBackend(t)
 		ib := b.newInbox(t, inbox.Options{})
 		dsn := os.Getenv("MSGAUDIT_POSTGRES_URL")
-		if b.dialect == inbox.SQLite {
+		if b.dialect != inbox.PostgreSQL {
 			dsn = b.dsn
 		}
 		for _, c := range []struct {
@@ -312,8 +312,11 @@ func killChild(mode string) {
 	}
 	ctx := context.Background()
 	dialect, driver := inbox.SQLite, "sqlite"
-	if os.Getenv(envDialect) == inbox.PostgreSQL.String() {
+	switch os.Getenv(envDialect) {
+	case inbox.PostgreSQL.String():
 		dialect, driver = inbox.PostgreSQL, "pgx"
+	case inbox.MySQL.String():
+		dialect, driver = inbox.MySQL, "mysql"
 	}
 	db, err := sql.Open(driver, os.Getenv(envDSN))
 	if err != nil {
@@ -327,7 +330,7 @@ func killChild(mode string) {
 		fail(fmt.Errorf("not killed within a minute"))
 	}
 	if mode == killStoreEffect {
-		st, err := sqlitestore.Open(context.Background(), os.Getenv(envStore), idempotency.Options{ClaimTTL: time.Minute})
+		st, err := sqlitestore.Open(context.Background(), os.Getenv(envStore), sqlitestore.Options{Options: idempotency.Options{ClaimTTL: time.Minute}})
 		if err != nil {
 			fail(err)
 		}
@@ -345,7 +348,7 @@ func killChild(mode string) {
 		fail(fmt.Errorf("store mode returned"))
 	}
 	if mode == killBatchEffect || mode == killBatchAcked {
-		ib, err := inbox.New(ctx, db, inbox.Options{Dialect: dialect, Table: os.Getenv(envTable), Lanes: 1, MaxBatch: 100, Linger: time.Minute})
+		ib, err := inbox.New(ctx, db, inbox.Options{Dialect: dialect, Table: os.Getenv(envTable), Lanes: 1, MaxBatch: 63, Linger: time.Minute})
 		if err != nil {
 			fail(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/inbox"
+	"github.com/acemq/msgaudit/internal/inboxsql"
 )
 
 // TestNewRejects: bad options and databases that do not fit them fail at
@@ -41,6 +42,7 @@ func TestNewRejects(t *testing.T) {
 		{"negative purge batch", good.db, inbox.Options{Dialect: inbox.SQLite, PurgeBatch: -1}, "negative PurgeBatch"},
 		{"negative lanes", good.db, inbox.Options{Dialect: inbox.SQLite, Lanes: -1}, "negative Lanes"},
 		{"negative max batch", good.db, inbox.Options{Dialect: inbox.SQLite, MaxBatch: -1}, "negative MaxBatch"},
+		{"postgres batch over the subtransaction cache", good.db, inbox.Options{Dialect: inbox.PostgreSQL, MaxBatch: inboxsql.MaxPostgresBatch + 1}, "64 subtransactions"},
 		{"negative linger", good.db, inbox.Options{Dialect: inbox.SQLite, Linger: -1}, "negative Linger"},
 		{"sqlite read committed", good.db, inbox.Options{Dialect: inbox.SQLite, Isolation: sql.LevelReadCommitted}, "not supported on SQLite"},
 		{"postgres snapshot", good.db, inbox.Options{Dialect: inbox.PostgreSQL, Isolation: sql.LevelSnapshot}, "not supported on PostgreSQL"},
@@ -99,8 +101,8 @@ func TestNewConcurrent(t *testing.T) {
 func TestLanes(t *testing.T) {
 	sq := newSQLite(t)
 	ib := sq.newInbox(t, inbox.Options{})
-	if ib.Lanes() != 1 || ib.MaxBatch() != inbox.DefaultMaxBatch || ib.Linger() != inbox.DefaultLinger {
-		t.Errorf("sqlite defaults: lanes %d, max batch %d, linger %v; want 1, %d, %v", ib.Lanes(), ib.MaxBatch(), ib.Linger(), inbox.DefaultMaxBatch, inbox.DefaultLinger)
+	if ib.Lanes() != 1 || ib.MaxBatch() != inboxsql.DefaultMaxBatch || ib.Linger() != inboxsql.DefaultLinger {
+		t.Errorf("sqlite defaults: lanes %d, max batch %d, linger %v; want 1, %d, %v", ib.Lanes(), ib.MaxBatch(), ib.Linger(), inboxsql.DefaultMaxBatch, inboxsql.DefaultLinger)
 	}
 	if n := ib.SizeLanes(8); n != 1 {
 		t.Errorf("sqlite SizeLanes(8) = %d; want 1", n)
@@ -110,8 +112,8 @@ func TestLanes(t *testing.T) {
 	}
 	pg := newPostgres(t, false)
 	pib := pg.newInbox(t, inbox.Options{})
-	if pib.Lanes() != inbox.DefaultLanes {
-		t.Errorf("postgres lanes %d; want DefaultLanes %d", pib.Lanes(), inbox.DefaultLanes)
+	if pib.Lanes() != inboxsql.DefaultLanes {
+		t.Errorf("postgres lanes %d; want DefaultLanes %d", pib.Lanes(), inboxsql.DefaultLanes)
 	}
 	if n := pib.SizeLanes(7); n != 7 || pib.Lanes() != 7 {
 		t.Errorf("postgres SizeLanes(7) = %d, Lanes %d; want 7", n, pib.Lanes())

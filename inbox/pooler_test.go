@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/acemq/msgaudit/inbox"
-	"github.com/acemq/msgaudit/internal/testenv"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -150,9 +150,16 @@ func poolerDeliver(t *testing.T, ctx context.Context, keys []string, copies, wor
 // acknowledged as a duplicate.
 func poolerCheckOnce(t *testing.T, db *sql.DB, fx string, keys []string, run *poolerRun) {
 	t.Helper()
+	poolerCheckOnceCol(t, db, fx, "key", keys, run)
+}
+
+// poolerCheckOnceCol is poolerCheckOnce with the effects table's key
+// column written as col (MySQL quotes the reserved word key).
+func poolerCheckOnceCol(t *testing.T, db *sql.DB, fx, col string, keys []string, run *poolerRun) {
+	t.Helper()
 	ctx := testwait.Context(t, time.Minute)
 	got := map[string]int{}
-	rows, err := db.QueryContext(ctx, `SELECT key, n FROM `+fx)
+	rows, err := db.QueryContext(ctx, `SELECT `+col+`, n FROM `+fx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +211,7 @@ func poolerKeys(prefix string, n int) []string {
 func TestInboxThroughPooler(t *testing.T) {
 	t.Parallel()
 	raw := testenv.Getenv(t, "MSGAUDIT_PGBOUNCER_URL", "the pooler tests need PgBouncer in transaction mode")
-	// The URL parameter, as the README has it; pgx's ParseConfig reads it.
+	// The URL parameter, as docs/stores.md has it; pgx's ParseConfig reads it.
 	sep := "?"
 	if strings.Contains(raw, "?") {
 		sep = "&"

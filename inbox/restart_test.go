@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/inbox"
-	"github.com/acemq/msgaudit/internal/pgrestart"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/pgrestart"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"github.com/acemq/msgaudit/receiver"
 )
 

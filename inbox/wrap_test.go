@@ -10,7 +10,7 @@ import (
 	"github.com/acemq/msgaudit/receiver"
 )
 
-// TestWrap: the inbox through receiver.Wrap, the three-line wrap: nil for
+// TestWrap: the inbox through (*receiver.Receiver).Wrap: nil for
 // new work, ErrDuplicate for a recorded key, an ErrRequeue error for a
 // failure, each mapped by ActionOf.
 func TestWrap(t *testing.T) {
@@ -27,17 +27,24 @@ func TestWrap(t *testing.T) {
 		return nil
 	})
 	ctx := context.Background()
+	wrap := func() receiver.Handler {
+		r, err := receiver.New(receiver.Config{Inbox: ib})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Wrap(apply)
+	}
 	fail = true
-	err := receiver.Wrap(apply, receiver.WithSelectors(ib))(ctx, msg("w-1"))
+	err := wrap()(ctx, msg("w-1"))
 	if receiver.ActionOf(err) != receiver.Requeue || !errors.Is(err, errHandler) {
 		t.Errorf("failing handler: %v (%v); want requeue", err, receiver.ActionOf(err))
 	}
 	fail = false
-	if err := receiver.Wrap(apply, receiver.WithSelectors(ib))(ctx, msg("w-1")); err != nil {
+	if err := wrap()(ctx, msg("w-1")); err != nil {
 		t.Errorf("new work: %v; want nil", err)
 	}
-	// A second process (a new Wrap: its own memory) sees the key in the table.
-	err = receiver.Wrap(apply, receiver.WithSelectors(ib))(ctx, msg("w-1"))
+	// A second process (a new Receiver: its own memory) sees the key in the table.
+	err = wrap()(ctx, msg("w-1"))
 	if !errors.Is(err, receiver.ErrDuplicate) || receiver.ActionOf(err) != receiver.Ack {
 		t.Errorf("recorded key: %v; want ErrDuplicate (ack)", err)
 	}
@@ -97,9 +104,10 @@ func TestMetrics(t *testing.T) {
 	process(t, newReceiver(t, ib, nil), msg("m-1"), h)
 	process(t, newReceiver(t, ib, func(c *receiver.Config) { c.Metrics = m }), msg("m-1"), h)
 	s := m.Snapshot()
-	// new: BEGIN, INSERT, COMMIT; duplicate: BEGIN, INSERT, ROLLBACK.
-	if s.StoreCalls != 6 || s.StoreErrors != 0 || s.DuplicatesOther != 1 {
-		t.Errorf("store calls %d errors %d inbox duplicates %d; want 6, 0, 1", s.StoreCalls, s.StoreErrors, s.DuplicatesOther)
+	// new: BEGIN, SAVEPOINT, INSERT, RELEASE, COMMIT; duplicate: BEGIN,
+	// SAVEPOINT, INSERT, ROLLBACK.
+	if s.StoreCalls != 9 || s.StoreErrors != 0 || s.DuplicatesOther != 1 {
+		t.Errorf("store calls %d errors %d inbox duplicates %d; want 9, 0, 1", s.StoreCalls, s.StoreErrors, s.DuplicatesOther)
 	}
 	db := b.open(t)
 	broken, err := inbox.New(context.Background(), db, inbox.Options{Dialect: inbox.SQLite, Table: b.table, Metrics: m})

@@ -48,8 +48,6 @@ func ExampleOpen() {
 	defer s.Close()
 	_, stored, _ := s.PutIfAbsent(ctx, "k", "v")
 	fmt.Println(stored)
-	fmt.Println(metadata.RedactURL("redis://app:secret@cache:6379/0"))
 	// Output:
 	// true
-	// redis://app:xxxxx@cache:6379/0
 }

@@ -32,8 +32,8 @@ var registry = schemereg.New[Opener]("metadata", "memory", map[string]string{
 // nil, or the scheme is already registered.
 func Register(scheme string, opener Opener) { registry.Register(scheme, opener, opener == nil) }
 
-// Schemes returns the registered URL schemes, sorted, "memory" included.
-func Schemes() []string { return registry.Schemes() }
+// schemes returns the registered URL schemes, sorted, "memory" included.
+func schemes() []string { return registry.Schemes() }
 
 // Open returns a store for rawURL. "memory" (a new Memory store) is always
 // available; the other schemes are served by the backend package that
@@ -52,20 +52,15 @@ func Schemes() []string { return registry.Schemes() }
 // missing) so a wrong address or password fails here. Close releases what
 // Open created. A scheme no imported package serves is ErrUnsupportedURL
 // naming the package to import. Errors never contain the password: Open
-// reports the URL as RedactURL does.
+// masks it, and the query parameters that may hold one.
 func Open(ctx context.Context, rawURL string) (StoreCloser, error) {
 	scheme, _ := schemereg.Scheme(rawURL)
 	if scheme == "memory" {
 		return NewMemory(), nil
 	}
-	opener, err := registry.Lookup(scheme, RedactURL(rawURL), "", ErrUnsupportedURL)
+	opener, err := registry.Lookup(scheme, redact.Strict(rawURL), "", ErrUnsupportedURL)
 	if err != nil {
 		return nil, err
 	}
 	return opener(ctx, rawURL)
 }
-
-// RedactURL returns rawURL with any password replaced by "xxxxx", for logs
-// and error messages: idempotency.RedactURL, plus the opaque form
-// "scheme:user:pass@host" (no "//"), which is reduced to its scheme.
-func RedactURL(rawURL string) string { return redact.Strict(rawURL) }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/acemq/msgaudit/internal/redact"
 )
 
 // TestOpenWithoutBackend: with no backend registered, a scheme this module
@@ -24,17 +26,17 @@ func TestOpenWithoutBackend(t *testing.T) {
 	for _, tc := range cases {
 		s, err := Open(context.Background(), tc.url)
 		if !errors.Is(err, ErrUnsupportedURL) || s != nil {
-			t.Errorf("Open(%q) = %v, %v; want ErrUnsupportedURL", RedactURL(tc.url), s, err)
+			t.Errorf("Open(%q) = %v, %v; want ErrUnsupportedURL", redact.Strict(tc.url), s, err)
 			continue
 		}
 		if want := `import _ "github.com/acemq/msgaudit/` + tc.pkg + `"`; !strings.Contains(err.Error(), want) {
-			t.Errorf("Open(%q) error %q does not say %s", RedactURL(tc.url), err, want)
+			t.Errorf("Open(%q) error %q does not say %s", redact.Strict(tc.url), err, want)
 		}
 		if strings.Contains(err.Error(), "s3cretpw") {
 			t.Errorf("Open error leaks the password: %v", err)
 		}
 	}
-	if got := strings.Join(Schemes(), ","); got != "memory" {
-		t.Errorf("Schemes() with nothing registered = %s, want memory", got)
+	if got := strings.Join(schemes(), ","); got != "memory" {
+		t.Errorf("schemes() with nothing registered = %s, want memory", got)
 	}
 }

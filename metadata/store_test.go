@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/msgaudit/internal/testenv"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"github.com/acemq/msgaudit/metadata"
 	"github.com/acemq/msgaudit/metadata/storetest"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -159,7 +160,7 @@ func TestRedactURL(t *testing.T) {
 		{"u:s3cret@h/x y", "u:(redacted)"},
 		{"redis:u:s3cret@h:6379", "redis:(redacted)"},
 	} {
-		if got := metadata.RedactURL(tc.in); got != tc.want {
+		if got := redact.Strict(tc.in); got != tc.want {
 			t.Errorf("RedactURL(%q) = %q; want %q", tc.in, got, tc.want)
 		}
 	}
@@ -256,7 +257,7 @@ func TestUnreachable(t *testing.T) {
 	} {
 		_, err := metadata.Open(ctx, u)
 		if err == nil {
-			t.Fatalf("Open(%s) succeeded against a closed port", metadata.RedactURL(u))
+			t.Fatalf("Open(%s) succeeded against a closed port", redact.Strict(u))
 		}
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("Open error reveals the password: %v", err)

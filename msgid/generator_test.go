@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"github.com/acemq/msgaudit/msgid"
 )
 

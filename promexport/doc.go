@@ -1,13 +1,14 @@
 // Package promexport exports msgaudit's counters to Prometheus
 // (github.com/prometheus/client_golang). The pipeline and the transports
 // keep plain counters and snapshots (receiver.Metrics and its Snapshot,
-// stompconsumer.Stats, rabbitconsumer.Stats) and never import Prometheus;
+// receiver.TransportStats from any consumer's Stats) and never import
+// Prometheus;
 // a program that wants the metrics on a scrape endpoint imports this
 // package and registers the collectors:
 //
 //	reg.MustRegister(
 //		promexport.Receiver(c.Metrics().Snapshot, "stomp"),
-//		promexport.STOMP(c.Stats),
+//		promexport.Transport(c.Stats, "stomp"),
 //	)
 //
 // Every collector reads its snapshot function at scrape time.

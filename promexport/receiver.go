@@ -3,6 +3,7 @@ package promexport
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acemq/msgaudit/internal/storelat"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -57,6 +58,8 @@ func Receiver(snapshot func() receiver.Snapshot, transport string) prometheus.Co
 	c.dup = prometheus.NewDesc("msgaudit_receiver_duplicates_total", "Duplicates absorbed, by the tier that knew.",
 		[]string{"reason"}, labels)
 	c.lat = prometheus.NewDesc("msgaudit_receiver_store_latency_seconds", "Latency of idempotency store calls.", nil, labels)
+	c.inFlight = prometheus.NewDesc("msgaudit_receiver_in_flight", "Deliveries inside the pipeline now (waiting for a handler, running it, or settling).", nil, labels)
+	c.oldest = prometheus.NewDesc("msgaudit_receiver_oldest_in_flight_seconds", "How long the oldest delivery inside the pipeline has been there (0 with none): growing without bound is a stuck handler or settlement.", nil, labels)
 	return c
 }
 
@@ -76,6 +79,8 @@ type collector struct {
 	counters []counterDesc
 	gauges   []gaugeDesc
 	dup, lat *prometheus.Desc
+	inFlight *prometheus.Desc
+	oldest   *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -87,6 +92,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.dup
 	ch <- c.lat
+	ch <- c.inFlight
+	ch <- c.oldest
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -102,13 +109,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, float64(d.read(s)))
 		}
 	}
+	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(s.InFlight))
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestInFlight.Seconds())
 	for _, r := range []struct {
 		reason string
 		v      uint64
 	}{{"audit", s.DuplicatesAudit}, {"store", s.DuplicatesStore}, {"in-flight", s.DuplicatesInFlight}, {"other", s.DuplicatesOther}} {
 		ch <- prometheus.MustNewConstMetric(c.dup, prometheus.CounterValue, float64(r.v), r.reason)
 	}
-	bounds := receiver.StoreBucketBounds()
+	bounds := storelat.Bounds
 	buckets := make(map[float64]uint64, len(bounds))
 	var cum uint64
 	for i, b := range bounds {

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	"github.com/acemq/msgaudit/internal/consumerkit"
 )
 
 // ackChannel is the part of a channel that settles deliveries.
@@ -173,7 +175,7 @@ func (t *tracker) outstanding() int {
 type acker struct {
 	ch      ackChannel
 	dead    *atomic.Bool // the generation's: nothing is sent once it is set
-	st      *stats
+	st      *consumerkit.Counters
 	log     *slog.Logger
 	spillAt int
 
@@ -184,7 +186,7 @@ type acker struct {
 	spill   []uint64
 }
 
-func newAcker(ch ackChannel, dead *atomic.Bool, st *stats, log *slog.Logger, prefetch int) *acker {
+func newAcker(ch ackChannel, dead *atomic.Bool, st *consumerkit.Counters, log *slog.Logger, prefetch int) *acker {
 	a := &acker{ch: ch, dead: dead, st: st, log: log, spillAt: max(prefetch/2, 1)}
 	a.idle.L = &a.mu
 	return a
@@ -248,11 +250,11 @@ func (a *acker) single(tag uint64, op func() error) bool {
 // send sends op unless the generation is dead.
 func (a *acker) send(tag uint64, op func() error) bool {
 	if a.dead.Load() {
-		a.st.staleAcks.Add(1)
+		a.st.StaleAcks.Add(1)
 		return false
 	}
 	if err := op(); err != nil {
-		a.st.ackErrors.Add(1)
+		a.st.AckErrors.Add(1)
 		a.log.Warn("rabbitconsumer: settling a delivery failed", "tag", tag, "err", err)
 		return false
 	}
@@ -267,13 +269,13 @@ func (a *acker) flushLocked() {
 			a.mu.Unlock()
 			switch {
 			case a.dead.Load():
-				a.st.staleAcks.Add(uint64(n))
+				a.st.StaleAcks.Add(uint64(n))
 			default:
 				if err := a.ch.Ack(tag, true); err != nil {
-					a.st.ackErrors.Add(1)
+					a.st.AckErrors.Add(1)
 					a.log.Warn("rabbitconsumer: acknowledging deliveries failed", "tag", tag, "multiple", true, "err", err)
 				} else {
-					a.st.acks.Add(uint64(n))
+					a.st.Acks.Add(uint64(n))
 				}
 			}
 			a.mu.Lock()
@@ -287,7 +289,7 @@ func (a *acker) flushLocked() {
 				a.mu.Unlock()
 				for _, tag := range spill {
 					if a.send(tag, func() error { return a.ch.Ack(tag, false) }) {
-						a.st.acks.Add(1)
+						a.st.Acks.Add(1)
 					}
 				}
 				a.mu.Lock()

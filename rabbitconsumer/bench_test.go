@@ -18,9 +18,9 @@ func BenchmarkHandle(b *testing.B) {
 		for _, kind := range []string{"new", "duplicate"} {
 			b.Run("store="+store+"/delivery="+kind, func(b *testing.B) {
 				g := newRig(b, nopHandler, func(c *Config) {
-					c.Logger = nil // discard: measure the work, not a text log
+					c.Pipeline.Logger = nil // discard: measure the work, not a text log
 					if store == "memory" {
-						c.Store = idempotency.NewMemory(idempotency.Options{})
+						c.Pipeline.Store = memStore(b, idempotency.Options{})
 					}
 				})
 				ids := make([]string, 4096)

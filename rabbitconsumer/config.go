@@ -1,40 +1,37 @@
 package rabbitconsumer
 
 import (
-	"context"
 	"crypto/tls"
 	"fmt"
-	"log/slog"
-	"reflect"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/acemq/msgaudit/idempotency"
-	"github.com/acemq/msgaudit/internal/nilcheck"
+	"github.com/acemq/msgaudit/internal/consumerkit"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/tlsconf"
 	"github.com/acemq/msgaudit/receiver"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// Defaults for the zero fields of Config.
+// Defaults for the zero fields of Config (each field's documentation
+// says its default).
 const (
-	DefaultPrefetch         = 50
-	DefaultConcurrency      = 1
-	DefaultConnectRetries   = 5
-	DefaultConnectTimeout   = 10 * time.Second
-	DefaultHeartbeat        = 10 * time.Second
-	DefaultShutdownTimeout  = 30 * time.Second
-	DefaultFrameSize        = 128 << 10 // RabbitMQ's own frame_max default
-	DefaultMaxBodyBytes     = 16 << 20
-	DefaultMaxRequeueDelay  = 5 * time.Second
-	DefaultDeadLetterSuffix = ".dlq"
+	defaultPrefetch         = 50
+	defaultConcurrency      = 1
+	defaultConnectTimeout   = 10 * time.Second
+	defaultHeartbeat        = 10 * time.Second
+	defaultShutdownTimeout  = 30 * time.Second
+	defaultFrameSize        = 128 << 10 // RabbitMQ's own frame_max default
+	defaultMaxBodyBytes     = 16 << 20
+	defaultMaxRequeueDelay  = 5 * time.Second
+	defaultDeadLetterSuffix = ".dlq"
 )
 
-// Headers this package writes on a dead-lettered copy, besides the
-// receiver's receiver.HeaderDeadLetterReason ("x-dead-letter-reason"),
-// receiver.HeaderAttempts ("x-attempts") and receiver.HeaderOriginalKey
-// ("x-original-key").
+// Headers this package writes on a dead-lettered copy, besides
+// "x-dead-letter-reason" (Result.Reason), "x-attempts" (Result.Attempt)
+// and "x-original-key" (the delivery's idempotency key).
 const (
 	// HeaderOriginalQueue names the queue the message was consumed from.
 	HeaderOriginalQueue = "x-original-queue"
@@ -45,10 +42,10 @@ const (
 
 // Config configures a Consumer. The zero value of every field means its
 // default; URL, Queue and Handler are required, and so is the choice of
-// durability: Store, StoreURL, MemoryOnly, or a prebuilt Receiver.
+// durability in Pipeline: a Store, an Inbox, or MemoryOnly.
 //
 // Config implements fmt.Formatter and String: printing it with any verb
-// redacts the password of URL and StoreURL.
+// redacts the password of URL.
 type Config struct {
 	// URL is the broker: "amqp://user:pass@host:5672/vhost" or "amqps://…"
 	// (TLS). The password is never logged and never appears in an error.
@@ -98,27 +95,24 @@ type Config struct {
 	// in delivery order.
 	InFlight int
 
-	// MaxAttempts bounds handler attempts per message before it is
-	// dead-lettered; default the receiver's (5).
-	MaxAttempts int
+	// ReconnectBackoff spaces reconnect attempts; its zero fields mean
+	// 100ms doubling to 10s, with full jitter. (The delay before a failed
+	// delivery is handed back is Pipeline.Backoff.)
+	ReconnectBackoff receiver.Backoff
 
-	// Backoff gives the delay before a failed delivery is handed back with
-	// Nack(requeue=true) (RabbitMQ requeues it at once, so the delay is
-	// what spaces the retries); nil means the receiver's exponential
-	// backoff with jitter. Delays are capped at MaxRequeueDelay (default
-	// 5s); during the delay the delivery keeps its prefetch slot.
-	Backoff         func(attempt int) time.Duration
-	MaxRequeueDelay time.Duration
-
-	// ReconnectBackoff spaces reconnect attempts: Initial doubling to Max,
-	// with full jitter; defaults 100ms and 10s.
-	ReconnectBackoff Backoff
-
-	// ConnectRetries is the number of failed connection attempts tolerated
-	// at start before Run returns ErrConnect; default 5, negative = retry
-	// until ctx is done. After the first connection the consumer
-	// reconnects until ctx is done. ConnectTimeout bounds the dial and
-	// handshake of one attempt; default 10s.
+	// ConnectRetries bounds the start. By default (zero or negative) Run
+	// keeps trying to connect until ctx is done, with ReconnectBackoff
+	// between attempts: a consumer started while the broker restarts
+	// connects once it is back. With n > 0, Run returns ErrConnect when
+	// the first attempt and n retries have failed. Each failed attempt is
+	// logged at warn level with the broker's address, the attempt's
+	// number, the error and the wait before the next one. A refused login
+	// or vhost (ErrRejected), a certificate that fails verification
+	// (ErrTLS), a missing queue (ErrNoQueue) and a refused declaration
+	// (ErrDeclare) end Run at once either way. After the first connection
+	// the consumer reconnects until ctx is done, whatever ConnectRetries
+	// is. ConnectTimeout bounds the dial and handshake of one attempt;
+	// default 10s.
 	ConnectRetries int
 	ConnectTimeout time.Duration
 
@@ -140,84 +134,35 @@ type Config struct {
 	// cancelled too; default 30s.
 	ShutdownTimeout time.Duration
 
-	// Logger receives structured logs; nil discards them.
-	Logger *slog.Logger
-
 	// ConsumerTag prefixes the consumer tag of each connection; default
 	// "msgaudit". ConnectionName is shown in the management UI.
 	ConsumerTag, ConnectionName string
 
-	// Receiver is a prebuilt duplicate pipeline (shared by several
-	// consumers, or with extra selectors such as a metadata-store
-	// selector). When set, Audit, Store, StoreURL, Namespace, MaxAttempts,
-	// Backoff, DuplicatePolicy, OnDuplicate, MissingKey and Metrics are
-	// ignored: they configure the Receiver New builds otherwise.
-	Receiver *receiver.Receiver
-
-	// Audit is an optional in-memory connection audit. AMQP message ids
-	// are usually UUIDs, which it cannot parse; set it when producers use
-	// "<producer>:<sequence>" ids (package msgid). Without it the memory
-	// tier tracks in-flight and completed keys only.
-	Audit receiver.Auditor
-
-	// Store is the idempotency store shared by competing consumers (and
-	// surviving restarts). When nil and StoreURL is set, Run opens the
-	// store from StoreURL ("redis://…", "rediss://…" — Fency's default —
-	// or "postgres://…", "sqlite:PATH", "memory") and closes it when it
-	// returns. The URL goes through idempotency.Open, so the program must
-	// import the backend it names (for redis://,
-	// _ "github.com/acemq/msgaudit/idempotency/redisstore"); New reports a
-	// scheme no imported package serves. One of Store, StoreURL, MemoryOnly or Receiver is required;
-	// a Store holding a nil pointer (as an unchecked idempotency.Open error
-	// leaves it) is an error from New.
-	Store    idempotency.Store
-	StoreURL string
-
-	// Inbox is the transactional inbox (an *inbox.Inbox or a
-	// *pgxinbox.Inbox): it records each delivery's key in the handler's own
-	// database transaction, so effect and key commit together, and Handler
-	// gets that transaction through inbox.Handler (pgxinbox.Handler). It
-	// runs after the memory tier, in place of Store: setting it with Store
-	// or StoreURL is an error, and so are a prebuilt Receiver (put the
-	// inbox in its Selectors), DuplicatePolicy DuplicateDeliver and
-	// MissingKey MissingKeyProcess (both would run the handler without the
-	// transaction). New sizes the inbox's lanes (transactions open at
-	// once, each running its deliveries one after the other; on
-	// PostgreSQL, unless the inbox's Options.Lanes is set) to Concurrency,
-	// and refuses more lanes than Concurrency or a database pool with
-	// fewer connections than lanes (each lane holds one). The inbox scopes
-	// its keys by its own Options.Namespace, not by Namespace.
-	Inbox receiver.Selector
-
-	// MemoryOnly runs the consumer without a durable store, on purpose:
-	// duplicates are absorbed only while this process runs; after a
-	// restart, or on another consumer of the queue, a redelivery of work
-	// already done is applied again. Run logs this guarantee once at
-	// start. Setting it together with Store or StoreURL is an error.
-	MemoryOnly bool
-
-	// Namespace scopes the store's keys; default the queue name, which
-	// makes the key Fency's (queue name, message id).
-	Namespace string
+	// Pipeline configures the duplicate pipeline the consumer builds (with
+	// receiver.New) and owns. Durability is required there: Store (an
+	// idempotency store shared by competing consumers and surviving
+	// restarts, for example idempotency.Open of a "redis://…" URL, Fency's
+	// default), Inbox (a transactional inbox: Handler gets its transaction
+	// through inbox.Handler or pgxinbox.Handler) or MemoryOnly: true
+	// (duplicates absorbed only while this process runs; Run logs this
+	// guarantee once at start). Its Namespace defaults to the queue name,
+	// which makes the key Fency's (queue name, message id); an Audit is
+	// useful only when producers use "<producer>:<sequence>" ids (package
+	// msgid), as AMQP message ids are usually UUIDs. Logger receives the
+	// consumer's logs too (nil discards them), with the URL's password
+	// redacted. The consumer fills in Handlers (Concurrency) and the zero
+	// fields of Backoff, which gives the delay before a failed delivery is
+	// handed back with Nack(requeue=true) (RabbitMQ requeues it at once, so
+	// the delay is what spaces the retries; during it the delivery keeps
+	// its prefetch slot): 100ms doubling to 5s, with full jitter. Its
+	// invalid settings are errors from New.
+	Pipeline receiver.Config
 
 	// KeyHeader names a header carrying the key of a message without an
 	// AMQP message-id property. A message with neither goes down the
-	// MissingKey path (default: dead-lettered with reason "missing-key";
-	// never a silent drop).
+	// Pipeline.MissingKey path (default: dead-lettered with reason
+	// "missing-key"; never a silent drop).
 	KeyHeader string
-
-	// DuplicatePolicy is what happens to a confirmed duplicate (default:
-	// acknowledge, log at warn, count — Fency's behaviour); OnDuplicate is
-	// the hook of receiver.DuplicateHook. MissingKey is the policy for a
-	// delivery without a key.
-	DuplicatePolicy receiver.DuplicatePolicy
-	OnDuplicate     func(ctx context.Context, m *receiver.Message, reason string)
-	MissingKey      receiver.MissingKeyPolicy
-
-	// Metrics receives the receiver's counters (and Reconnects); nil means
-	// a new one (Consumer.Metrics). Export it to Prometheus with
-	// promexport.Receiver(Metrics.Snapshot, "amqp").
-	Metrics *receiver.Metrics
 
 	// DeadLetterExchange and DeadLetterRoutingKey are where dead-lettered
 	// copies are published (with publisher confirms, before the original is
@@ -226,21 +171,6 @@ type Config struct {
 	// ".dlq" unless set. With a DeadLetterExchange set nothing is declared
 	// and the routing key defaults to Queue; the exchange must route it.
 	DeadLetterExchange, DeadLetterRoutingKey, DeadLetterQueue string
-}
-
-// Backoff is an exponential backoff with full jitter: attempt n (from 0)
-// waits a random duration in (0, min(Initial·2ⁿ, Max)].
-type Backoff struct {
-	Initial, Max time.Duration
-}
-
-func (b Backoff) delay(n int) time.Duration {
-	d := b.Initial
-	for i := 0; i < n && d < b.Max; i++ {
-		d *= 2
-	}
-	d = min(d, b.Max)
-	return time.Duration(rand64n(int64(d))) + 1
 }
 
 // withDefaults fills the zero fields of c and validates it.
@@ -261,29 +191,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Handler == nil {
 		return c, fmt.Errorf("%w: nil Handler", ErrConfig)
 	}
-	if c.Receiver == nil {
-		switch durable := c.Store != nil || c.StoreURL != "" || c.Inbox != nil; {
-		case c.Store != nil && nilcheck.IsNil(c.Store):
-			return c, fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?)", ErrConfig, c.Store)
-		case !durable && !c.MemoryOnly:
-			return c, fmt.Errorf("%w: no Inbox, Store or StoreURL: set Inbox to a transactional inbox (package inbox) so that a message whose effect is in a database is never applied twice, a store to recognise finished work across restarts and consumers, or MemoryOnly: true to detect duplicates within this process only", ErrConfig)
-		case durable && c.MemoryOnly:
-			return c, fmt.Errorf("%w: MemoryOnly set together with a store or inbox (Store, StoreURL or Inbox)", ErrConfig)
-		}
-		if c.Store == nil && c.StoreURL != "" {
-			if err := idempotency.CheckScheme(c.StoreURL); err != nil {
-				return c, fmt.Errorf("%w: StoreURL: %w", ErrConfig, err)
-			}
-		}
-	}
 	if c.Prefetch <= 0 {
-		c.Prefetch = DefaultPrefetch
+		c.Prefetch = defaultPrefetch
 	}
 	if c.Prefetch > 65535 {
 		return c, fmt.Errorf("%w: Prefetch %d above 65535", ErrConfig, c.Prefetch)
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = DefaultConcurrency
+		c.Concurrency = defaultConcurrency
 	}
 	switch {
 	case c.InFlight < 0:
@@ -297,43 +212,32 @@ func (c Config) withDefaults() (Config, error) {
 	case c.InFlight > max(c.Prefetch, c.Concurrency):
 		return c, fmt.Errorf("%w: InFlight %d above Prefetch %d: the broker never has more than Prefetch deliveries out", ErrConfig, c.InFlight, c.Prefetch)
 	}
-	if c.MaxRequeueDelay <= 0 {
-		c.MaxRequeueDelay = DefaultMaxRequeueDelay
-	}
-	if c.ReconnectBackoff.Initial <= 0 {
-		c.ReconnectBackoff.Initial = 100 * time.Millisecond
-	}
-	if c.ReconnectBackoff.Max <= 0 {
-		c.ReconnectBackoff.Max = 10 * time.Second
-	}
-	c.ReconnectBackoff.Max = max(c.ReconnectBackoff.Max, c.ReconnectBackoff.Initial)
-	if c.ConnectRetries == 0 {
-		c.ConnectRetries = DefaultConnectRetries
-	}
+	c.Pipeline.Backoff = consumerkit.WithDefaults(c.Pipeline.Backoff, 100*time.Millisecond, defaultMaxRequeueDelay, 1)
+	c.ReconnectBackoff = consumerkit.WithDefaults(c.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 1)
 	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
+		c.ConnectTimeout = defaultConnectTimeout
 	}
 	if c.Heartbeat <= 0 {
-		c.Heartbeat = DefaultHeartbeat
+		c.Heartbeat = defaultHeartbeat
 	}
 	if c.FrameSize <= 0 {
-		c.FrameSize = DefaultFrameSize
+		c.FrameSize = defaultFrameSize
 	}
 	if c.FrameSize < 4096 {
 		return c, fmt.Errorf("%w: FrameSize %d below AMQP's minimum 4096", ErrConfig, c.FrameSize)
 	}
 	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
+		c.MaxBodyBytes = defaultMaxBodyBytes
 	}
 	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
+		c.ShutdownTimeout = defaultShutdownTimeout
 	}
 	if c.ConsumerTag == "" {
 		c.ConsumerTag = "msgaudit"
 	}
 	if c.DeadLetterExchange == "" {
 		if c.DeadLetterQueue == "" {
-			c.DeadLetterQueue = c.Queue + DefaultDeadLetterSuffix
+			c.DeadLetterQueue = c.Queue + defaultDeadLetterSuffix
 		}
 		if c.DeadLetterRoutingKey == "" {
 			c.DeadLetterRoutingKey = c.DeadLetterQueue
@@ -344,47 +248,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DeadLetterExchange == "" && c.DeadLetterRoutingKey == c.Queue {
 		return c, fmt.Errorf("%w: dead letters would be routed back to %q", ErrConfig, c.Queue)
 	}
-	if c.Inbox != nil {
-		if err := c.checkInbox(); err != nil {
-			return c, err
-		}
-	}
 	return c, nil
 }
 
-// checkInbox refuses configurations that would defeat the transactional
-// inbox.
-func (c Config) checkInbox() error {
-	if v := reflect.ValueOf(c.Inbox); v.Kind() == reflect.Pointer && v.IsNil() {
-		return fmt.Errorf("%w: Inbox is a nil %T", ErrConfig, c.Inbox)
+// address is the broker's host:port from URL, safe to log ("" if URL does
+// not parse; New has refused such a URL).
+func (c Config) address() string {
+	u, err := amqp.ParseURI(c.URL)
+	if err != nil {
+		return ""
 	}
-	switch {
-	case c.Store != nil || c.StoreURL != "":
-		return fmt.Errorf("%w: Inbox and Store (or StoreURL) both set: the inbox records keys in the handler's transaction, while a store claims and confirms outside it, and a crash between effect and confirm would leave the store's claim open; use one", ErrConfig)
-	case c.Receiver != nil:
-		return fmt.Errorf("%w: Inbox set with a prebuilt Receiver, which would run without it; put the inbox in that Receiver's Config.Selectors instead", ErrConfig)
-	case c.DuplicatePolicy == receiver.DuplicateDeliver:
-		return fmt.Errorf("%w: Inbox with DuplicateDeliver: a duplicate would reach the handler without the inbox's transaction; use another duplicate policy", ErrConfig)
-	case c.MissingKey == receiver.MissingKeyProcess:
-		return fmt.Errorf("%w: Inbox with MissingKeyProcess: a delivery without a key would reach the handler without the inbox's transaction; dead-letter it instead", ErrConfig)
-	}
-	lanes := 0
-	if s, ok := c.Inbox.(interface{ SizeLanes(handlers int) int }); ok {
-		lanes = s.SizeLanes(c.Concurrency)
-	}
-	// Each lane (a transaction open at once, running its deliveries'
-	// handlers one after the other) holds a connection, and a delivery
-	// holding a lane, with its batch's uncommitted work, must always find
-	// a handler slot.
-	if lanes > c.Concurrency {
-		return fmt.Errorf("%w: the inbox has %d lanes but Concurrency is %d; a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most Concurrency", ErrConfig, lanes, c.Concurrency)
-	}
-	if p, ok := c.Inbox.(interface{ MaxOpenConns() int }); ok {
-		if n := p.MaxOpenConns(); n > 0 && n < lanes {
-			return fmt.Errorf("%w: the inbox's database pool allows %d connections but the inbox has %d lanes, and each holds a connection for its open transaction; raise the pool's limit or lower Concurrency (or the inbox's Options.Lanes)", ErrConfig, n, lanes)
-		}
-	}
-	return nil
+	return net.JoinHostPort(u.Host, strconv.Itoa(u.Port))
 }
 
 // tlsConfig builds the client TLS configuration for an amqps:// URL from
@@ -397,8 +271,8 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 	return t, nil
 }
 
-// String describes the configuration with every secret redacted: passwords
-// in URL and StoreURL never appear. %v, %+v, %#v and %s of a Config use it.
+// String describes the configuration with every secret redacted: the
+// password of URL never appears. %v, %+v, %#v and %s of a Config use it.
 func (c Config) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "rabbitconsumer.Config{URL:%s Queue:%q", redact.Strict(c.URL), c.Queue)
@@ -406,16 +280,13 @@ func (c Config) String() string {
 		fmt.Fprintf(&b, " TLS:{custom:%t CAFile:%q CertFile:%q ServerName:%q}", c.TLS != nil, c.CAFile, c.CertFile, c.ServerName)
 	}
 	fmt.Fprintf(&b, " Prefetch:%d Concurrency:%d InFlight:%d MaxAttempts:%d ConnectRetries:%d Heartbeat:%v FrameSize:%d MaxBodyBytes:%d",
-		c.Prefetch, c.Concurrency, c.InFlight, c.MaxAttempts, c.ConnectRetries, c.Heartbeat, c.FrameSize, c.MaxBodyBytes)
-	fmt.Fprintf(&b, " Declare:%t Store:%t StoreURL:%s MemoryOnly:%t Namespace:%q KeyHeader:%q DeadLetter:{Exchange:%q RoutingKey:%q Queue:%q}}",
-		c.Declare, c.Store != nil, redact.Strict(c.StoreURL), c.MemoryOnly, c.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
+		c.Prefetch, c.Concurrency, c.InFlight, c.Pipeline.MaxAttempts, c.ConnectRetries, c.Heartbeat, c.FrameSize, c.MaxBodyBytes)
+	fmt.Fprintf(&b, " Declare:%t Store:%t Inbox:%t MemoryOnly:%t Namespace:%q KeyHeader:%q DeadLetter:{Exchange:%q RoutingKey:%q Queue:%q}}",
+		c.Declare, c.Pipeline.Store != nil, c.Pipeline.Inbox != nil, c.Pipeline.MemoryOnly, c.Pipeline.Namespace, c.KeyHeader, c.DeadLetterExchange, c.DeadLetterRoutingKey, c.DeadLetterQueue)
 	return b.String()
 }
 
-// GoString redacts like String.
-func (c Config) GoString() string { return c.String() }
-
-// Format makes every verb print the redacted String.
+// Format makes every verb (%#v included) print the redacted String.
 func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }
 
 // String describes the consumer by its configuration, redacted as
@@ -423,8 +294,5 @@ func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String
 // configuration, the redactor) would otherwise print URLs raw under %+v.
 func (c *Consumer) String() string { return "rabbitconsumer.Consumer{" + c.cfg.String() + "}" }
 
-// GoString redacts like String.
-func (c *Consumer) GoString() string { return c.String() }
-
-// Format makes every verb print the redacted String.
+// Format makes every verb (%#v included) print the redacted String.
 func (c *Consumer) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }

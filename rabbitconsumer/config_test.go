@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/acemq/msgaudit/idempotency"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,29 +18,29 @@ func nopHandler(context.Context, *receiver.Message) error { return nil }
 
 func TestConfigDefaults(t *testing.T) {
 	t.Parallel()
-	c, err := Config{MemoryOnly: true, URL: "amqp://guest:guest@127.0.0.1/", Queue: "orders", Handler: nopHandler}.withDefaults()
+	c, err := Config{URL: "amqp://guest:guest@127.0.0.1/", Queue: "orders", Handler: nopHandler, Pipeline: receiver.Config{MemoryOnly: true}}.withDefaults()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, got := range map[string][2]any{
-		"Prefetch":             {c.Prefetch, DefaultPrefetch},
-		"Concurrency":          {c.Concurrency, DefaultConcurrency},
-		"ConnectRetries":       {c.ConnectRetries, DefaultConnectRetries},
-		"ConnectTimeout":       {c.ConnectTimeout, DefaultConnectTimeout},
-		"Heartbeat":            {c.Heartbeat, DefaultHeartbeat},
-		"FrameSize":            {c.FrameSize, DefaultFrameSize},
-		"MaxBodyBytes":         {c.MaxBodyBytes, DefaultMaxBodyBytes},
-		"ShutdownTimeout":      {c.ShutdownTimeout, DefaultShutdownTimeout},
-		"MaxRequeueDelay":      {c.MaxRequeueDelay, DefaultMaxRequeueDelay},
+		"Prefetch":             {c.Prefetch, defaultPrefetch},
+		"Concurrency":          {c.Concurrency, defaultConcurrency},
+		"ConnectRetries":       {c.ConnectRetries, 0},
+		"ConnectTimeout":       {c.ConnectTimeout, defaultConnectTimeout},
+		"Heartbeat":            {c.Heartbeat, defaultHeartbeat},
+		"FrameSize":            {c.FrameSize, defaultFrameSize},
+		"MaxBodyBytes":         {c.MaxBodyBytes, defaultMaxBodyBytes},
+		"ShutdownTimeout":      {c.ShutdownTimeout, defaultShutdownTimeout},
+		"Pipeline.Backoff":     {c.Pipeline.Backoff, receiver.Backoff{Initial: 100 * time.Millisecond, Max: defaultMaxRequeueDelay, Jitter: 1}},
 		"DeadLetterQueue":      {c.DeadLetterQueue, "orders.dlq"},
 		"DeadLetterRoutingKey": {c.DeadLetterRoutingKey, "orders.dlq"},
-		"ReconnectBackoff":     {c.ReconnectBackoff, Backoff{100 * time.Millisecond, 10 * time.Second}},
+		"ReconnectBackoff":     {c.ReconnectBackoff, receiver.Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 1}},
 	} {
 		if got[0] != got[1] {
 			t.Errorf("%s = %v; want %v", name, got[0], got[1])
 		}
 	}
-	c, err = Config{MemoryOnly: true, URL: "amqp://h/", Queue: "orders", Handler: nopHandler, DeadLetterExchange: "dlx"}.withDefaults()
+	c, err = Config{URL: "amqp://h/", Queue: "orders", Handler: nopHandler, DeadLetterExchange: "dlx", Pipeline: receiver.Config{MemoryOnly: true}}.withDefaults()
 	if err != nil || c.DeadLetterRoutingKey != "orders" || c.DeadLetterQueue != "" {
 		t.Errorf("with an exchange: routing key %q queue %q err %v; want orders, none", c.DeadLetterRoutingKey, c.DeadLetterQueue, err)
 	}
@@ -50,7 +51,7 @@ func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	notPEM := filepath.Join(dir, "x.pem")
 	os.WriteFile(notPEM, []byte("not a certificate"), 0o600)
-	base := Config{MemoryOnly: true, URL: "amqps://u:pw@h/", Queue: "q", Handler: nopHandler}
+	base := Config{URL: "amqps://u:pw@h/", Queue: "q", Handler: nopHandler, Pipeline: receiver.Config{MemoryOnly: true}}
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
@@ -79,14 +80,16 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// TestConfigRedacted: no verb prints a password of URL or StoreURL.
+// TestConfigRedacted: no verb prints the password of URL, nor anything of
+// the pipeline's store.
 func TestConfigRedacted(t *testing.T) {
 	t.Parallel()
-	c := Config{URL: "amqps://app:Sup3r-s3cret@rabbit:5671/prod", StoreURL: "rediss://:R3dis-pw@cache:6380/0",
-		Queue: "orders", Handler: nopHandler, CAFile: "/etc/ca.pem"}
+	c := Config{URL: "amqps://app:Sup3r-s3cret@rabbit:5671/prod",
+		Pipeline: receiver.Config{Store: secretStore{memStore(t, idempotency.Options{}), "rediss://:R3dis-pw@cache:6380/0"}},
+		Queue:    "orders", Handler: nopHandler, CAFile: "/etc/ca.pem"}
 	for _, s := range []string{
 		c.String(), fmt.Sprint(c), fmt.Sprintf("%v", &c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c),
-		fmt.Sprintf("%s", c), fmt.Sprintf("%q", c), c.GoString(),
+		fmt.Sprintf("%s", c), fmt.Sprintf("%q", c), fmt.Sprintf("%d", c),
 	} {
 		if strings.Contains(s, "Sup3r-s3cret") || strings.Contains(s, "R3dis-pw") {
 			t.Errorf("password printed: %s", s)
@@ -119,13 +122,20 @@ func TestRedactor(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	t.Parallel()
-	b := Backoff{Initial: 10 * time.Millisecond, Max: 80 * time.Millisecond}
+	b := receiver.Backoff{Initial: 10 * time.Millisecond, Max: 80 * time.Millisecond}
 	for n, ceil := range []time.Duration{10, 20, 40, 80, 80, 80} {
 		ceil *= time.Millisecond
 		for range 50 {
-			if d := b.delay(n); d <= 0 || d > ceil {
+			if d := b.Delay(n); d <= 0 || d > ceil {
 				t.Fatalf("delay(%d) = %v; want in (0, %v]", n, d, ceil)
 			}
 		}
 	}
+}
+
+// secretStore is a store holding a secret in a field, as a store opened
+// from a URL may.
+type secretStore struct {
+	idempotency.Store
+	url string
 }

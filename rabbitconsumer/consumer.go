@@ -6,14 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/admission"
+	"github.com/acemq/msgaudit/internal/consumerkit"
+	"github.com/acemq/msgaudit/internal/copyhdr"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/tlsconf"
 	"github.com/acemq/msgaudit/receiver"
@@ -30,48 +31,11 @@ type Consumer struct {
 	red     redact.Redactor
 	running atomic.Bool
 	gen     atomic.Uint64
-	rcv     atomic.Pointer[receiver.Receiver]
-	gate    *receiver.Gate // Concurrency: the handlers running at once, over every generation
-	st      stats
+	rcv     *receiver.Receiver
+	gate    *admission.Gate // Concurrency: the handlers running at once, over every generation
+	st      consumerkit.Counters
 
 	guaranteeOnce sync.Once
-}
-
-type stats struct {
-	connects, reconnects, connectErrors            atomic.Uint64
-	acks, requeues, deadLetters, deadLetterErrors  atomic.Uint64
-	oversized, dropped, staleAcks, ackErrors, lost atomic.Uint64
-}
-
-// Stats is a snapshot of the transport's counters. The duplicate
-// pipeline's counters (delivered, processed, duplicates by tier, handler
-// errors, store latency) are in Consumer.Metrics.
-type Stats struct {
-	// Connects counts successful connections (the first included),
-	// Reconnects those after a loss, ConnectErrors failed attempts, Lost
-	// connections or channels that broke while consuming.
-	Connects, Reconnects, ConnectErrors, Lost uint64
-	// Acks counts deliveries acknowledged (processed work and absorbed
-	// duplicates); Requeues deliveries handed back with
-	// Nack(requeue=true).
-	Acks, Requeues uint64
-	// DeadLetters counts dead-lettered copies confirmed by the broker
-	// (their originals then acknowledged); DeadLetterErrors publishes that
-	// failed (the original was handed back instead).
-	DeadLetters, DeadLetterErrors uint64
-	// Oversized counts deliveries over MaxBodyBytes (dead-lettered
-	// unhandled).
-	Oversized uint64
-	// Dropped counts deliveries received but never processed because their
-	// channel died or the consumer stopped; the broker delivers them again.
-	Dropped uint64
-	// StaleAcks counts settlements not sent because the delivery's channel
-	// had died (its delivery tag means nothing on another channel).
-	StaleAcks uint64
-	// AckErrors counts Ack/Nack calls that failed.
-	AckErrors uint64
-	// Generation is the number of the current (or last) connection.
-	Generation uint64
 }
 
 // New validates cfg and returns a Consumer. It does not connect.
@@ -84,71 +48,53 @@ func New(cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	red := newRedactor(cfg.URL, cfg.StoreURL)
-	log := cfg.Logger
+	red := newRedactor(cfg.URL)
+	log := cfg.Pipeline.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = slog.New(redact.NewHandler(log.Handler(), red)).With("queue", cfg.Queue)
-	m := cfg.Metrics
-	if cfg.Receiver != nil {
-		m = cfg.Receiver.Metrics()
+	p := cfg.Pipeline
+	p.Handlers = cfg.Concurrency
+	p.Logger = log
+	rcv, err := receiver.New(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Pipeline: %w", ErrConfig, err)
 	}
-	if m == nil {
-		m = new(receiver.Metrics)
-	}
-	return &Consumer{cfg: cfg, tls: tc, metrics: m, log: log, red: red, gate: receiver.NewGate(cfg.Concurrency)}, nil
+	return &Consumer{cfg: cfg, tls: tc, metrics: rcv.Metrics(), log: log, red: red, rcv: rcv,
+		gate: admission.New(cfg.Concurrency)}, nil
 }
 
-// Metrics returns the pipeline's counters (shared with the Receiver).
-// Export them to Prometheus with
-// promexport.Receiver(c.Metrics().Snapshot, "amqp").
+// Metrics returns the pipeline's counters. Export them to Prometheus with
+// promexport.Receiver(c.Metrics().Snapshot, "amqp"), and the transport's
+// with promexport.Transport(c.Stats, "amqp").
 func (c *Consumer) Metrics() *receiver.Metrics { return c.metrics }
 
-// Receiver returns the duplicate pipeline of the current or last Run (nil
-// before the first Run unless Config.Receiver was set).
-func (c *Consumer) Receiver() *receiver.Receiver {
-	if c.cfg.Receiver != nil {
-		return c.cfg.Receiver
-	}
-	return c.rcv.Load()
-}
-
-// Config returns the configuration with defaults filled in.
-func (c *Consumer) Config() Config { return c.cfg }
-
-// Stats returns the transport's counters.
-func (c *Consumer) Stats() Stats {
-	return Stats{
-		Connects: c.st.connects.Load(), Reconnects: c.st.reconnects.Load(),
-		ConnectErrors: c.st.connectErrors.Load(), Lost: c.st.lost.Load(),
-		Acks: c.st.acks.Load(), Requeues: c.st.requeues.Load(),
-		DeadLetters: c.st.deadLetters.Load(), DeadLetterErrors: c.st.deadLetterErrors.Load(),
-		Oversized: c.st.oversized.Load(), Dropped: c.st.dropped.Load(),
-		StaleAcks: c.st.staleAcks.Load(), AckErrors: c.st.ackErrors.Load(),
-		Generation: c.gen.Load(),
-	}
-}
+// Stats returns the transport's counters. RabbitMQ keeps Connects,
+// Reconnects, ConnectErrors, Lost, Acks, Requeues, DeadLetters (copies
+// confirmed by the broker, their originals then acknowledged),
+// DeadLetterErrors, Oversized (deliveries over MaxBodyBytes), Dropped,
+// StaleAcks, AckErrors (Ack/Nack calls that failed) and Generation; the
+// others stay zero.
+func (c *Consumer) Stats() receiver.TransportStats { return c.st.Stats(c.gen.Load()) }
 
 // Run consumes until ctx is cancelled, reconnecting whenever the
 // connection or channel is lost. On cancellation it stops consuming, lets
 // running handlers finish (Config.ShutdownTimeout), settles them and
-// closes the connection, then returns nil. It returns early with
-// ErrConnect (no connection at start within Config.ConnectRetries
-// attempts), ErrRejected (login or vhost refused), ErrTLS (certificate
-// verification failed), ErrNoQueue (the queue does not exist, at start or
-// at a reconnect), ErrDeclare (Config.Declare refused) or an error opening
-// the store.
+// closes the connection, then returns nil. At start it keeps trying to
+// connect until ctx is done unless Config.ConnectRetries bounds the
+// attempts. It returns early with ErrConnect (no connection at start
+// within the bound of Config.ConnectRetries, when set), ErrRejected (login
+// or vhost refused), ErrTLS (certificate verification failed), ErrNoQueue
+// (the queue does not exist, at start or at a reconnect), ErrDeclare
+// (Config.Declare refused).
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
-	rcv, closeStore, err := c.buildReceiver(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
+	rcv := c.rcv
+	c.logGuarantee()
 
 	// Handlers get a context that outlives ctx by ShutdownTimeout.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -166,7 +112,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	var workers sync.WaitGroup // workers of every generation
 	defer workers.Wait()
-	failures, connected := 0, false
+	failures, connected, addr := 0, false, c.cfg.address()
 	for ctx.Err() == nil {
 		g, err := c.connect(ctx)
 		if err != nil {
@@ -176,20 +122,22 @@ func (c *Consumer) Run(ctx context.Context) error {
 			if errors.Is(err, ErrRejected) || errors.Is(err, ErrTLS) || errors.Is(err, ErrNoQueue) || errors.Is(err, ErrDeclare) {
 				return err
 			}
-			c.st.connectErrors.Add(1)
+			c.st.ConnectErrors.Add(1)
 			failures++
-			if !connected && c.cfg.ConnectRetries > 0 && failures >= c.cfg.ConnectRetries {
+			if !connected && c.cfg.ConnectRetries > 0 && failures > c.cfg.ConnectRetries {
+				c.log.Warn("rabbitconsumer: connect failed; giving up", "address", addr, "attempt", failures, "err", err)
 				return fmt.Errorf("%w: %s after %d attempts: %w", ErrConnect, redact.Strict(c.cfg.URL), failures, err)
 			}
-			c.log.Warn("rabbitconsumer: connect failed", "attempt", failures, "err", err)
-			if !sleep(ctx, c.cfg.ReconnectBackoff.delay(failures-1)) {
+			wait := c.cfg.ReconnectBackoff.Delay(failures - 1)
+			c.log.Warn("rabbitconsumer: connect failed; retrying", "address", addr, "attempt", failures, "err", err, "next_wait", wait)
+			if !consumerkit.Sleep(ctx, wait) {
 				break
 			}
 			continue
 		}
-		c.st.connects.Add(1)
+		c.st.Connects.Add(1)
 		if connected {
-			c.st.reconnects.Add(1)
+			c.st.Reconnects.Add(1)
 			c.metrics.Reconnects.Add(1)
 			c.log.Info("rabbitconsumer: reconnected", "generation", g.n)
 		}
@@ -197,65 +145,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if !c.serve(ctx, hctx, g, rcv, &workers) {
 			break // graceful stop done
 		}
-		c.st.lost.Add(1)
-		if !sleep(ctx, c.cfg.ReconnectBackoff.delay(0)) {
+		c.st.Lost.Add(1)
+		if !consumerkit.Sleep(ctx, c.cfg.ReconnectBackoff.Delay(0)) {
 			break
 		}
 	}
 	return nil
 }
 
-// buildReceiver returns the pipeline for one Run and a function closing
-// what it opened.
-func (c *Consumer) buildReceiver(ctx context.Context) (*receiver.Receiver, func(), error) {
-	if c.cfg.Receiver != nil {
-		return c.cfg.Receiver, func() {}, nil
-	}
-	store, closeStore := c.cfg.Store, func() {}
-	if store == nil && c.cfg.StoreURL != "" {
-		s, err := openStore(ctx, c.cfg.StoreURL, c.log)
-		if err != nil {
-			return nil, nil, c.red.Error(err)
-		}
-		store, closeStore = s, func() { s.Close() }
-	}
-	var selectors []receiver.Selector
-	if c.cfg.Inbox != nil {
-		selectors = []receiver.Selector{c.cfg.Inbox}
-	}
+// logGuarantee says once, at the first Run, what the duplicate detection
+// survives.
+func (c *Consumer) logGuarantee() {
 	c.guaranteeOnce.Do(func() {
-		switch {
-		case c.cfg.Inbox != nil:
-			c.log.Info("rabbitconsumer: transactional inbox: each delivery's key commits in the handler's own transaction, so a crash between effect and acknowledgement never applies a message twice",
-				"inbox", fmt.Sprintf("%T", c.cfg.Inbox))
-		case store == nil:
-			c.log.Warn("rabbitconsumer: memory-only duplicate detection (Config.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again")
-		default:
-			c.log.Info("rabbitconsumer: durable duplicate detection: finished work is recognised across restarts and by every consumer sharing the store; a crash between the handler's effect and the store's confirm can apply a message again once its claim lapses",
-				"store", fmt.Sprintf("%T", store))
-		}
+		consumerkit.LogGuarantee(c.log, "rabbitconsumer", c.cfg.Pipeline)
 	})
-	r, err := receiver.New(receiver.Config{
-		Audit: c.cfg.Audit, Store: store, Namespace: c.cfg.Namespace, Selectors: selectors,
-		MaxAttempts: c.cfg.MaxAttempts, Backoff: c.cfg.Backoff,
-		Duplicates: c.cfg.DuplicatePolicy, OnDuplicate: c.cfg.OnDuplicate, MissingKey: c.cfg.MissingKey,
-		Handlers: c.cfg.Concurrency, Metrics: c.metrics, Logger: c.log,
-	})
-	if err != nil {
-		closeStore()
-		return nil, nil, err
-	}
-	c.rcv.Store(r)
-	return r, closeStore, nil
-}
-
-// openStore opens an idempotency store from a URL with idempotency.Open
-// (whose backend the program imports):
-// redis:// and rediss:// (Fency's default), postgres://, sqlite:PATH or
-// memory. The store logs through log what it says once at open (the
-// effective PostgreSQL TLS mode, a disabled Redis certificate check).
-func openStore(ctx context.Context, rawURL string, log *slog.Logger) (idempotency.Store, error) {
-	return idempotency.Open(ctx, rawURL, idempotency.Options{Logger: log})
 }
 
 // generation is one connection with its consuming channel and its
@@ -439,7 +342,7 @@ func (c *Consumer) serve(ctx, hctx context.Context, g *generation, rcv *receiver
 	// InFlight deliveries go through the pipeline at once, Concurrency
 	// handlers run at once (the gate); those claimed ahead of a handler
 	// are abandoned when g stops.
-	actx := receiver.WithAdmission(hctx, c.gate, g.stop)
+	actx := admission.With(hctx, c.gate, g.stop)
 	var gw sync.WaitGroup
 	for range c.cfg.InFlight {
 		gw.Add(1)
@@ -505,7 +408,7 @@ func (c *Consumer) handle(hctx context.Context, g *generation, rcv *receiver.Rec
 		// Never processed: its audit bit (if any) goes, and the broker
 		// delivers it again. On a live channel hand it back now.
 		rcv.Forget(m)
-		c.st.dropped.Add(1)
+		c.st.Dropped.Add(1)
 		if !g.dead.Load() {
 			g.acks.requeue(d.DeliveryTag)
 		}
@@ -513,7 +416,7 @@ func (c *Consumer) handle(hctx context.Context, g *generation, rcv *receiver.Rec
 	}
 	var res receiver.Result
 	if len(d.Body) > c.cfg.MaxBodyBytes {
-		c.st.oversized.Add(1)
+		c.st.Oversized.Add(1)
 		res = receiver.Result{Action: receiver.DeadLetter, Err: ErrBodyTooLarge, Attempt: max(m.Attempt, 1),
 			Reason: fmt.Sprintf("body-too-large: %d bytes, limit %d", len(d.Body), c.cfg.MaxBodyBytes)}
 		c.log.Warn("rabbitconsumer: body over MaxBodyBytes; dead-lettered unhandled", "key", m.Key, "bytes", len(d.Body))
@@ -524,13 +427,13 @@ func (c *Consumer) handle(hctx context.Context, g *generation, rcv *receiver.Rec
 	case res.Action == receiver.Requeue && !res.Ran && errors.Is(res.Err, receiver.ErrAbandoned):
 		// Claimed ahead, never started: g stopped or died meanwhile. The
 		// pipeline has rolled it back; hand it back on a live channel.
-		c.st.dropped.Add(1)
+		c.st.Dropped.Add(1)
 		if !g.dead.Load() {
 			g.acks.requeue(d.DeliveryTag)
 		}
 	case res.Action == receiver.Ack:
 		if g.dead.Load() {
-			c.st.staleAcks.Add(1)
+			c.st.StaleAcks.Add(1)
 		} else {
 			g.acks.ack(d.DeliveryTag)
 		}
@@ -538,7 +441,7 @@ func (c *Consumer) handle(hctx context.Context, g *generation, rcv *receiver.Rec
 		c.deadLetter(hctx, g, d, m, res)
 	default: // Requeue (and anything unknown: never acknowledge it)
 		if !g.stopping.Load() {
-			wait := min(res.RetryAfter, c.cfg.MaxRequeueDelay)
+			wait := res.RetryAfter
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
@@ -547,7 +450,7 @@ func (c *Consumer) handle(hctx context.Context, g *generation, rcv *receiver.Rec
 			t.Stop()
 		}
 		if g.acks.requeue(d.DeliveryTag) {
-			c.st.requeues.Add(1)
+			c.st.Requeues.Add(1)
 		}
 	}
 }
@@ -557,18 +460,19 @@ func (c *Consumer) handle(hctx context.Context, g *generation, rcv *receiver.Rec
 // published the original is handed back: never lost.
 func (c *Consumer) deadLetter(ctx context.Context, g *generation, d amqp.Delivery, m *receiver.Message, res receiver.Result) {
 	if g.dead.Load() {
-		c.st.staleAcks.Add(1)
+		c.st.StaleAcks.Add(1)
 		return
 	}
 	h := amqp.Table{}
 	for k, v := range d.Headers {
 		h[k] = v
 	}
-	h[receiver.HeaderDeadLetterReason] = res.Reason
-	h[receiver.HeaderAttempts] = int64(res.Attempt)
+	h[copyhdr.DeadLetterReason] = res.Reason
+	h[copyhdr.Attempts] = int64(res.Attempt)
 	h[HeaderOriginalQueue] = c.cfg.Queue
+	delete(h, copyhdr.OriginalKey) // a producer's value never passes on as the consumer's
 	if k := m.IdempotencyKey(); k != "" {
-		h[receiver.HeaderOriginalKey] = k
+		h[copyhdr.OriginalKey] = k
 	}
 	if res.Err != nil {
 		h["x-dead-letter-error"] = truncate(res.Err.Error(), 1024)
@@ -582,13 +486,13 @@ func (c *Consumer) deadLetter(ctx context.Context, g *generation, d amqp.Deliver
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ConnectTimeout)
 	defer cancel()
 	if err := g.pub.publish(pctx, c.cfg.DeadLetterExchange, c.cfg.DeadLetterRoutingKey, pub); err != nil {
-		c.st.deadLetterErrors.Add(1)
+		c.st.DeadLetterErrors.Add(1)
 		c.log.Error("rabbitconsumer: dead-letter publish failed; delivery handed back", "key", m.Key,
 			"reason", res.Reason, "err", c.red.Error(err))
 		g.acks.requeue(d.DeliveryTag)
 		return
 	}
-	c.st.deadLetters.Add(1)
+	c.st.DeadLetters.Add(1)
 	g.acks.ackOne(d.DeliveryTag)
 }
 
@@ -666,23 +570,4 @@ func deliveryCount(v any) (int, bool) {
 		return int(x), x >= 0
 	}
 	return 0, false
-}
-
-// sleep waits d or until ctx is done; it reports whether d elapsed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func rand64n(n int64) int64 {
-	if n <= 0 {
-		return 0
-	}
-	return rand.Int64N(n)
 }

@@ -2,8 +2,9 @@
 // (github.com/rabbitmq/amqp091-go) that applies every message once: each
 // delivery runs through the duplicate pipeline of package receiver with
 // Fency's key — the AMQP message-id property, namespaced by the queue name
-// — and an idempotency store shared by competing consumers (Redis by
-// default when Config.StoreURL names one, as Fency does).
+// — and an idempotency store shared by competing consumers
+// (Config.Pipeline.Store; Redis, through idempotency.Open of a "redis://…"
+// URL, as Fency does) or a transactional inbox (Config.Pipeline.Inbox).
 //
 // # Acknowledgements
 //
@@ -14,7 +15,7 @@
 //
 //   - Ack: the handler succeeded and the store confirmed the key, or the
 //     delivery is a duplicate of confirmed work (logged at warn and
-//     counted: Fency's default; see Config.DuplicatePolicy for the
+//     counted: Fency's default; see Config.Pipeline.Duplicates for the
 //     others). The consumer acknowledges successes in batches: one
 //     basic.ack with multiple=true names the highest delivery tag below
 //     which every delivery of the channel is settled, sent once the
@@ -26,14 +27,15 @@
 //   - Requeue: the handler failed (its claim was released and its audit
 //     bit rolled back), or the outcome is unknown (the original is in
 //     flight here or on another consumer, or the store cannot answer).
-//     After Result.RetryAfter (capped by Config.MaxRequeueDelay) the
+//     After Result.RetryAfter (Config.Pipeline.Backoff, 5s at most by
+//     default) the
 //     consumer sends basic.nack with requeue=true; unlike ActiveMQ's STOMP
 //     NACK, RabbitMQ really requeues. A delivery whose outcome is unknown
 //     is never acknowledged. Nacks, and the acks of dead-lettered
 //     deliveries, name their own tag, sent in turn with the multiple acks:
 //     a tag leaves the set a multiple ack may cover only once its own
 //     frame is sent.
-//   - DeadLetter: after Config.MaxAttempts failures, for a message without
+//   - DeadLetter: after Config.Pipeline.MaxAttempts failures, for a message without
 //     a key, or by duplicate policy. The consumer publishes a persistent
 //     copy with the headers x-dead-letter-reason, x-attempts,
 //     x-original-queue and x-original-key to the dead-letter destination
@@ -43,7 +45,7 @@
 //     back. Nothing is ever dropped silently.
 //
 // A message without a message-id takes its key from Config.KeyHeader; with
-// neither it goes down Config.MissingKey (default: dead-letter, reason
+// neither it goes down Config.Pipeline.MissingKey (default: dead-letter, reason
 // "missing-key").
 //
 // # Connection loss
@@ -61,9 +63,12 @@
 // duplicate; a failure is released, so its redelivery runs) but send
 // nothing to the broker (Stats.StaleAcks). The consumer reconnects with
 // exponential backoff and full jitter (Config.ReconnectBackoff) until
-// Run's context ends. At start, Config.ConnectRetries bounds the attempts
-// (ErrConnect). A refused login or vhost (ErrRejected) and a certificate
-// that fails verification (ErrTLS) end Run at once: retrying cannot help.
+// Run's context ends. At start it keeps trying the same way, so a
+// consumer (re)started while the broker restarts rides it out, logging
+// each failed attempt (address, attempt, error, next wait);
+// Config.ConnectRetries bounds the start instead (ErrConnect). A refused
+// login or vhost (ErrRejected) and a certificate that fails verification
+// (ErrTLS) end Run at once: retrying cannot help.
 //
 // # TLS, credentials and limits
 //
@@ -100,9 +105,10 @@
 // "<queue>.dlq" is declared on every connection unless a dead-letter
 // exchange is configured.
 //
-// Durability is an explicit choice: Config.Store or Config.StoreURL for a
-// store shared by consumers and restarts, or Config.MemoryOnly to detect
-// duplicates within the process only (Run logs what that does not cover).
+// Durability is an explicit choice: Config.Pipeline.Store for a store
+// shared by consumers and restarts, Config.Pipeline.Inbox for a
+// transactional inbox, or Config.Pipeline.MemoryOnly to detect duplicates
+// within the process only (Run logs what that does not cover).
 //
 // # Concurrency
 //

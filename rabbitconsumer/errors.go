@@ -9,9 +9,9 @@ var (
 	// unparsable URL, unreadable TLS files).
 	ErrConfig = errors.New("rabbitconsumer: invalid config")
 
-	// ErrConnect is returned by Run when the broker could not be reached
-	// at start within Config.ConnectRetries attempts; the last error is
-	// included.
+	// ErrConnect is returned by Run when Config.ConnectRetries is set and
+	// the broker could not be reached at start within the first attempt
+	// and that many retries; the last error is included.
 	ErrConnect = errors.New("rabbitconsumer: cannot connect")
 
 	// ErrRejected is returned by Run when the broker refuses the login or

@@ -62,7 +62,7 @@ func TestExactlyOnce(t *testing.T) {
 	q := b.queue("msgaudit-eo-")
 	prefix := randomName(t, "msgaudit:test:") + ":"
 	t.Cleanup(func() { deletePrefix(t, rc, prefix) })
-	store, err := redisstore.New(rc, prefix, idempotency.Options{ClaimTTL: time.Minute})
+	store, err := redisstore.New(context.Background(), rc, redisstore.Options{Options: idempotency.Options{ClaimTTL: time.Minute}, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,12 +93,14 @@ func TestExactlyOnce(t *testing.T) {
 	runErr := make([]error, len(consumers))
 	for i := range consumers {
 		c, err := New(Config{
-			URL: b.via("amqp", px.Addr()), Queue: q, Handler: l.handle,
-			Prefetch: 50, Concurrency: 4, MaxAttempts: 100,
-			Store:            store,
-			Backoff:          func(int) time.Duration { return 2 * time.Millisecond },
-			ReconnectBackoff: Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond},
+			URL:              b.via("amqp", px.Addr()),
+			Queue:            q,
+			Handler:          l.handle,
+			Prefetch:         50,
+			Concurrency:      4,
+			ReconnectBackoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond},
 			ConnectionName:   fmt.Sprintf("msgaudit-test-%d", i),
+			Pipeline:         receiver.Config{MaxAttempts: 100, Store: store, Backoff: receiver.Backoff{Initial: 2 * time.Millisecond, Max: 2 * time.Millisecond}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -162,7 +164,7 @@ func TestExactlyOnce(t *testing.T) {
 	if n := b.ready(q); n != 0 {
 		t.Errorf("queue holds %d messages at the end; want 0", n)
 	}
-	if n := b.ready(q + DefaultDeadLetterSuffix); n != 0 {
+	if n := b.ready(q + defaultDeadLetterSuffix); n != 0 {
 		t.Errorf("dead-letter queue holds %d messages; want 0", n)
 	}
 	if cuts.Load() != 2 {
@@ -170,7 +172,7 @@ func TestExactlyOnce(t *testing.T) {
 	}
 
 	var m receiver.Snapshot
-	var st Stats
+	var st receiver.TransportStats
 	for _, c := range consumers {
 		s := c.Metrics().Snapshot()
 		m.Delivered += s.Delivered
@@ -231,12 +233,16 @@ func TestCutDropsPrefetched(t *testing.T) {
 	l := &ledger{applied: map[string]int{}, rng: rand.New(rand.NewPCG(1, 2)),
 		onCount: map[int]func(){cutAt: func() { cuts.Add(int32(px.Cut())) }}}
 	c, err := New(Config{
-		URL: b.via("amqp", px.Addr()), Queue: q, Prefetch: total, Concurrency: 1, MemoryOnly: true,
+		URL:         b.via("amqp", px.Addr()),
+		Queue:       q,
+		Prefetch:    total,
+		Concurrency: 1,
 		Handler: func(ctx context.Context, m *receiver.Message) error {
 			time.Sleep(5 * time.Millisecond) // slow: the prefetch waits behind it
 			return l.handle(ctx, m)
 		},
-		ReconnectBackoff: Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		ReconnectBackoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Pipeline:         receiver.Config{MemoryOnly: true},
 	})
 	if err != nil {
 		t.Fatal(err)

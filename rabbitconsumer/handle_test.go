@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/acemq/msgaudit/internal/copyhdr"
 	"log/slog"
 	"strings"
 	"sync"
@@ -74,22 +75,22 @@ type rig struct {
 func newRig(t testing.TB, h receiver.Handler, mod func(*Config)) *rig {
 	t.Helper()
 	var logs bytes.Buffer
-	cfg := Config{MemoryOnly: true, URL: "amqp://guest:Gu3st-pw@127.0.0.1:1/", Queue: "orders", Handler: h, MaxAttempts: 2,
-		MaxBodyBytes: 64, Backoff: func(int) time.Duration { return time.Millisecond },
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	cfg := Config{
+		URL:          "amqp://guest:Gu3st-pw@127.0.0.1:1/",
+		Queue:        "orders",
+		Handler:      h,
+		MaxBodyBytes: 64,
+		Pipeline: receiver.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), MemoryOnly: true, MaxAttempts: 2,
+			Backoff: receiver.Backoff{Initial: time.Millisecond, Max: time.Millisecond}}}
 	if mod != nil {
 		mod(&cfg)
 	}
-	cfg.MemoryOnly = cfg.Store == nil && cfg.StoreURL == "" // memory only unless mod chose a store
+	cfg.Pipeline.MemoryOnly = cfg.Pipeline.Store == nil // memory only unless mod chose a store
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, closeStore, err := c.buildReceiver(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeStore)
+	r := c.rcv
 	ch := &fakeChannel{}
 	rg := &rig{c: c, r: r, ch: ch, log: &logs}
 	rg.g = rg.generation(1, ch)
@@ -164,7 +165,7 @@ func TestHandleSettlement(t *testing.T) {
 					t.Fatalf("published %d", len(g.ch.published))
 				}
 				p := g.ch.published[0]
-				r, _ := p.Headers[receiver.HeaderDeadLetterReason].(string)
+				r, _ := p.Headers[copyhdr.DeadLetterReason].(string)
 				if !strings.HasPrefix(r, tc.reason) || p.Headers[HeaderOriginalQueue] != "orders" || p.DeliveryMode != amqp.Persistent {
 					t.Errorf("dead letter headers %v mode %d; want reason %q", p.Headers, p.DeliveryMode, tc.reason)
 				}

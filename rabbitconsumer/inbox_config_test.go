@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -40,40 +39,27 @@ func testInbox(t *testing.T, conns int, lanes ...int) *inbox.Inbox {
 // receiver's durable tier; configurations that would defeat it fail at New.
 func TestConfigInbox(t *testing.T) {
 	ib := testInbox(t, 4)
-	base := Config{URL: "amqp://u:pw@127.0.0.1:1/", Queue: "q", Handler: nopHandler, Inbox: ib, Concurrency: 4}
+	mem := memStore(t, idempotency.Options{})
+	base := Config{URL: "amqp://u:pw@127.0.0.1:1/", Queue: "q", Handler: nopHandler, Concurrency: 4, Pipeline: receiver.Config{Inbox: ib}}
 	c, err := New(base)
 	if err != nil {
 		t.Fatalf("New with an Inbox: %v", err)
 	}
-	r, closeStore, err := c.buildReceiver(context.Background())
-	if err != nil {
-		t.Fatalf("buildReceiver: %v", err)
-	}
-	defer closeStore()
-	names := []string{}
-	for _, s := range r.Selectors() {
-		names = append(names, s.Name())
-	}
-	if !slices.Equal(names, []string{"memory", "inbox"}) {
-		t.Errorf("receiver selectors %v; want [memory inbox]", names)
-	}
-	prebuilt, err := receiver.New(receiver.Config{})
-	if err != nil {
-		t.Fatal(err)
+	res := c.rcv.Process(context.Background(), &receiver.Message{Key: "k1", Destination: "q"}, nopHandler)
+	if res.Action != receiver.Ack || !strings.HasPrefix(res.Trace, "memory:") || !strings.Contains(res.Trace, " inbox:") {
+		t.Errorf("Process through the consumer's receiver: %+v; want an ack through memory then the inbox", res)
 	}
 	for _, tc := range []struct {
 		name, want string
 		mod        func(*Config)
 	}{
-		{"typed nil inbox", "nil *inbox.Inbox", func(c *Config) { c.Inbox = (*inbox.Inbox)(nil) }},
-		{"inbox and store", "Inbox and Store", func(c *Config) { c.Store = idempotency.NewMemory(idempotency.Options{}) }},
-		{"inbox and store URL", "Inbox and Store", func(c *Config) { c.StoreURL = "memory" }},
-		{"inbox and prebuilt receiver", "prebuilt Receiver", func(c *Config) { c.Receiver = prebuilt }},
-		{"inbox and DuplicateDeliver", "DuplicateDeliver", func(c *Config) { c.DuplicatePolicy = receiver.DuplicateDeliver }},
-		{"inbox and MissingKeyProcess", "MissingKeyProcess", func(c *Config) { c.MissingKey = receiver.MissingKeyProcess }},
-		{"pool smaller than the lanes", "allows 3 connections but the inbox has 4 lanes", func(c *Config) { c.Inbox = testInbox(t, 3, 4) }},
-		{"more lanes than handlers", "has 5 lanes but Concurrency is 4", func(c *Config) { c.Inbox = testInbox(t, 8, 5) }},
-		{"one lane in a pool of one", "", func(c *Config) { c.Inbox = testInbox(t, 1) }},
+		{"typed nil inbox", "nil *inbox.Inbox", func(c *Config) { c.Pipeline.Inbox = (*inbox.Inbox)(nil) }},
+		{"inbox and store", "Inbox and Store", func(c *Config) { c.Pipeline.Store = mem }},
+		{"inbox and DuplicateDeliver", "DuplicateDeliver", func(c *Config) { c.Pipeline.Duplicates = receiver.DuplicateDeliver }},
+		{"inbox and MissingKeyProcess", "MissingKeyProcess", func(c *Config) { c.Pipeline.MissingKey = receiver.MissingKeyProcess }},
+		{"pool smaller than the lanes", "allows 3 connections but the inbox has 4 lanes", func(c *Config) { c.Pipeline.Inbox = testInbox(t, 3, 4) }},
+		{"more lanes than handlers", "has 5 lanes but 4 handlers can take them", func(c *Config) { c.Pipeline.Inbox = testInbox(t, 8, 5) }},
+		{"one lane in a pool of one", "", func(c *Config) { c.Pipeline.Inbox = testInbox(t, 1) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base

@@ -89,12 +89,15 @@ func TestInboxExactlyOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := New(Config{
-			URL: b.via("amqp", px.Addr()), Queue: q, Handler: handler,
-			Prefetch: 50, Concurrency: 4, MaxAttempts: 100,
-			Inbox:            ib,
-			Backoff:          func(int) time.Duration { return 2 * time.Millisecond },
-			ReconnectBackoff: Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond},
+			URL:              b.via("amqp", px.Addr()),
+			Queue:            q,
+			Handler:          handler,
+			Prefetch:         50,
+			Concurrency:      4,
+			ReconnectBackoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond},
 			ConnectionName:   fmt.Sprintf("msgaudit-inbox-test-%d", i),
+			Pipeline: receiver.Config{MaxAttempts: 100, Inbox: ib,
+				Backoff: receiver.Backoff{Initial: 2 * time.Millisecond, Max: 2 * time.Millisecond}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -154,7 +157,7 @@ func TestInboxExactlyOnce(t *testing.T) {
 	if n := b.ready(q); n != 0 {
 		t.Errorf("queue holds %d messages at the end; want 0", n)
 	}
-	if n := b.ready(q + DefaultDeadLetterSuffix); n != 0 {
+	if n := b.ready(q + defaultDeadLetterSuffix); n != 0 {
 		t.Errorf("dead-letter queue holds %d messages; want 0", n)
 	}
 	if fails.Load() == 0 {

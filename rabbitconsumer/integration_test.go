@@ -12,6 +12,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/copyhdr"
 	"log/slog"
 	"math/big"
 	"net"
@@ -170,8 +172,13 @@ func TestDeadLetterPaths(t *testing.T) {
 	b := newBroker(t)
 	q := b.queue("msgaudit-dl-")
 	h := newCounting("fail")
-	c, err := New(Config{MemoryOnly: true, URL: b.url, Queue: q, Handler: h.handle, MaxAttempts: 2, MaxBodyBytes: 1024,
-		Backoff: func(int) time.Duration { return time.Millisecond }})
+	c, err := New(Config{
+		URL:          b.url,
+		Queue:        q,
+		Handler:      h.handle,
+		MaxBodyBytes: 1024,
+		Pipeline: receiver.Config{MemoryOnly: true, MaxAttempts: 2,
+			Backoff: receiver.Backoff{Initial: time.Millisecond, Max: time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +187,7 @@ func TestDeadLetterPaths(t *testing.T) {
 	b.publish(q, amqp.Publishing{MessageId: "big", Body: bytes.Repeat([]byte("x"), 2048)})
 	b.publish(q, amqp.Publishing{MessageId: "fail", Body: []byte("boom")})
 	b.publish(q, amqp.Publishing{MessageId: "ok", Body: []byte("fine")})
-	dlq := q + DefaultDeadLetterSuffix
+	dlq := q + defaultDeadLetterSuffix
 	waitFor(t, "3 dead letters", func() bool { return c.Stats().DeadLetters == 3 })
 	waitFor(t, "ok processed", func() bool { return h.n("ok") == 1 })
 	if err := stop(); err != nil {
@@ -201,7 +208,7 @@ func TestDeadLetterPaths(t *testing.T) {
 			t.Errorf("message %q not dead-lettered (got %d)", id, len(reasons))
 			continue
 		}
-		r, _ := d.Headers[receiver.HeaderDeadLetterReason].(string)
+		r, _ := d.Headers[copyhdr.DeadLetterReason].(string)
 		if !strings.HasPrefix(r, prefix) {
 			t.Errorf("message %q: reason %q; want prefix %q", id, r, prefix)
 		}
@@ -212,8 +219,8 @@ func TestDeadLetterPaths(t *testing.T) {
 	if d := reasons[""]; d.Headers["trace"] != "t1" || string(d.Body) != "no id" {
 		t.Errorf("dead letter lost the original headers or body: %v %q", d.Headers, d.Body)
 	}
-	if d := reasons["fail"]; d.Headers[receiver.HeaderAttempts] != int64(2) {
-		t.Errorf("attempts header %v; want 2", d.Headers[receiver.HeaderAttempts])
+	if d := reasons["fail"]; d.Headers[copyhdr.Attempts] != int64(2) {
+		t.Errorf("attempts header %v; want 2", d.Headers[copyhdr.Attempts])
 	}
 	if len(reasons["big"].Body) != 2048 {
 		t.Error("oversized body not kept in the dead letter")
@@ -237,11 +244,14 @@ func TestKeyHeader(t *testing.T) {
 	q := b.queue("msgaudit-kh-")
 	h := newCounting()
 	var dups sync.Map
-	c, err := New(Config{MemoryOnly: true, URL: b.url, Queue: q, Handler: h.handle, KeyHeader: "x-idempotency-key",
-		DuplicatePolicy: receiver.DuplicateHook,
-		OnDuplicate: func(_ context.Context, m *receiver.Message, reason string) {
+	c, err := New(Config{
+		URL:       b.url,
+		Queue:     q,
+		Handler:   h.handle,
+		KeyHeader: "x-idempotency-key",
+		Pipeline: receiver.Config{MemoryOnly: true, Duplicates: receiver.DuplicateHook, OnDuplicate: func(_ context.Context, m *receiver.Message, reason string) {
 			dups.Store(m.Key, reason)
-		}})
+		}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +284,13 @@ func TestRejectedLogin(t *testing.T) {
 	pu.User = url.UserPassword("guest", secret) // right user, wrong password
 	u := pu.String()
 	var logs bytes.Buffer
-	c, err := New(Config{MemoryOnly: true, URL: u, Queue: "unused", Handler: newCounting().handle, ConnectRetries: 5,
-		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	c, err := New(Config{
+		URL:     u,
+		Queue:   "unused",
+		Handler: newCounting().handle,
+		// ConnectRetries unset: a failed start is retried until ctx is done
+		Pipeline: receiver.Config{MemoryOnly: true,
+			Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,8 +310,8 @@ func TestRejectedLogin(t *testing.T) {
 	}
 }
 
-// TestConnectRetries: an address nobody listens on gives ErrConnect after
-// ConnectRetries attempts.
+// TestConnectRetries: an address nobody listens on gives ErrConnect once
+// the first attempt and ConnectRetries retries have failed.
 func TestConnectRetries(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -305,8 +320,13 @@ func TestConnectRetries(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	c, err := New(Config{MemoryOnly: true, URL: "amqp://u:p4ss-word@" + addr + "/", Queue: "q", Handler: newCounting().handle,
-		ConnectRetries: 3, ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}})
+	c, err := New(Config{
+		URL:              "amqp://u:p4ss-word@" + addr + "/",
+		Queue:            "q",
+		Handler:          newCounting().handle,
+		ConnectRetries:   3,
+		ReconnectBackoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Pipeline:         receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,8 +334,8 @@ func TestConnectRetries(t *testing.T) {
 	if !errors.Is(err, ErrConnect) || strings.Contains(err.Error(), "p4ss-word") {
 		t.Fatalf("Run = %v; want ErrConnect without the password", err)
 	}
-	if n := c.Stats().ConnectErrors; n != 3 {
-		t.Errorf("%d connect errors; want 3", n)
+	if n := c.Stats().ConnectErrors; n != 4 {
+		t.Errorf("%d connect errors; want 4 (the first attempt and 3 retries)", n)
 	}
 }
 
@@ -337,7 +357,7 @@ func TestGracefulStop(t *testing.T) {
 	for i := range 5 {
 		b.publish(q, amqp.Publishing{MessageId: fmt.Sprint("m", i)})
 	}
-	c, err := New(Config{MemoryOnly: true, URL: b.url, Queue: q, Handler: h, Prefetch: 5})
+	c, err := New(Config{URL: b.url, Queue: q, Handler: h, Prefetch: 5, Pipeline: receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +426,7 @@ func TestTLS(t *testing.T) {
 
 	q := b.queue("msgaudit-tls-")
 	h := newCounting()
-	c, err := New(Config{MemoryOnly: true, URL: amqps, CAFile: caFile, Queue: q, Handler: h.handle})
+	c, err := New(Config{URL: amqps, CAFile: caFile, Queue: q, Handler: h.handle, Pipeline: receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,7 +444,7 @@ func TestTLS(t *testing.T) {
 		"system-roots":      {},
 		"wrong-server-name": {CAFile: caFile, ServerName: "broker.example"},
 	} {
-		cfg.URL, cfg.Queue, cfg.Handler, cfg.MemoryOnly = amqps, q, h.handle, true
+		cfg.URL, cfg.Queue, cfg.Handler, cfg.Pipeline.MemoryOnly = amqps, q, h.handle, true
 		c, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -439,10 +459,10 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// TestStoreURL: with StoreURL naming Redis (Fency's default store) a
-// restarted consumer — new process state, same Redis — recognises a
-// message it already processed.
-func TestStoreURL(t *testing.T) {
+// TestRedisStore: with a Redis store opened from its URL (Fency's default
+// store) a restarted consumer — new process state, same Redis — recognises
+// a message it already processed.
+func TestRedisStore(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	q := b.queue("msgaudit-su-")
@@ -455,8 +475,12 @@ func TestStoreURL(t *testing.T) {
 	}
 	h := newCounting()
 	for run := range 2 {
-		c, err := New(Config{URL: b.url, Queue: q, Handler: h.handle,
-			StoreURL: redisURL + sep + "msgaudit_prefix=" + url.QueryEscape(prefix)})
+		st, err := idempotency.Open(context.Background(), redisURL+sep+"msgaudit_prefix="+url.QueryEscape(prefix), idempotency.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		c, err := New(Config{URL: b.url, Queue: q, Handler: h.handle, Pipeline: receiver.Config{Store: st}})
 		if err != nil {
 			t.Fatal(err)
 		}

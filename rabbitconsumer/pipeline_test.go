@@ -17,14 +17,14 @@ import (
 // TestConfigInFlight: the default depth, and the values New refuses.
 func TestConfigInFlight(t *testing.T) {
 	t.Parallel()
-	base := Config{MemoryOnly: true, URL: "amqp://guest:guest@127.0.0.1/", Queue: "orders", Handler: nopHandler}
+	base := Config{URL: "amqp://guest:guest@127.0.0.1/", Queue: "orders", Handler: nopHandler, Pipeline: receiver.Config{MemoryOnly: true}}
 	for _, tc := range []struct {
 		concurrency, prefetch, inFlight int
 		want                            int // 0: an error
 	}{
 		{0, 0, 0, 1},                   // Concurrency 1: one at a time, in order
 		{1, 200, 0, 1},                 // still in order with a large prefetch
-		{4, 0, 0, DefaultPrefetch},     // Concurrency > 1: the prefetch window
+		{4, 0, 0, defaultPrefetch},     // Concurrency > 1: the prefetch window
 		{4, 10, 0, 10},                 //
 		{100, 10, 0, 100},              // more handlers than prefetch: one each
 		{4, 50, 4, 4},                  // explicit, at Concurrency
@@ -36,8 +36,8 @@ func TestConfigInFlight(t *testing.T) {
 		{100, 10, 100, 100},            // at Concurrency above Prefetch
 		{100, 10, 101, 0},              // above both
 		{2, 65535, 65535, 65535},       // the largest prefetch
-		{2, 0, DefaultPrefetch + 1, 0}, // above the default prefetch
-		{2, 0, DefaultPrefetch, DefaultPrefetch},
+		{2, 0, defaultPrefetch + 1, 0}, // above the default prefetch
+		{2, 0, defaultPrefetch, defaultPrefetch},
 	} {
 		cfg := base
 		cfg.Concurrency, cfg.Prefetch, cfg.InFlight = tc.concurrency, tc.prefetch, tc.inFlight
@@ -64,21 +64,26 @@ func TestOrderWithConcurrencyOne(t *testing.T) {
 	b.publishMany(q, total, func(i int) amqp.Publishing {
 		return amqp.Publishing{MessageId: fmt.Sprintf("%s-%04d", q, i), Body: []byte(fmt.Sprint(i))}
 	})
-	store := idempotency.NewMemory(idempotency.Options{})
+	store := memStore(t, idempotency.Options{})
 	defer store.Close()
 	var mu sync.Mutex
 	var seen []string
-	c, err := New(Config{URL: b.url, Queue: q, Store: store, Prefetch: 100, Handler: func(_ context.Context, m *receiver.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = append(seen, m.Key)
-		return nil
-	}})
+	c, err := New(Config{
+		URL:      b.url,
+		Queue:    q,
+		Prefetch: 100,
+		Handler: func(_ context.Context, m *receiver.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, m.Key)
+			return nil
+		},
+		Pipeline: receiver.Config{Store: store}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Config().InFlight != 1 {
-		t.Fatalf("InFlight %d with Concurrency 1", c.Config().InFlight)
+	if c.cfg.InFlight != 1 {
+		t.Fatalf("InFlight %d with Concurrency 1", c.cfg.InFlight)
 	}
 	stop := runConsumer(t, c)
 	waitFor(t, "every message handled", func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) >= total })
@@ -137,13 +142,9 @@ func TestBlockedTagNotCovered(t *testing.T) {
 	px := newProxy(t, b.hostPort(), nil)
 	key := func(i int) string { return fmt.Sprintf("%s-%04d", q, i) }
 	b.publishMany(q, total, func(i int) amqp.Publishing { return amqp.Publishing{MessageId: key(i)} })
-	store := idempotency.NewMemory(idempotency.Options{})
+	store := memStore(t, idempotency.Options{})
 	defer store.Close()
 	sp := &spy{}
-	rcv, err := receiver.New(receiver.Config{Store: store, Namespace: q, KeyFunc: sp.key})
-	if err != nil {
-		t.Fatal(err)
-	}
 	release := make(chan struct{})
 	var running, peak atomic.Int32
 	var mu sync.Mutex
@@ -161,8 +162,9 @@ func TestBlockedTagNotCovered(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	c, err := New(Config{URL: b.via("amqp", px.Addr()), Queue: q, Receiver: rcv, Handler: h, Prefetch: prefetch,
-		Concurrency: concurrency, ReconnectBackoff: Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}})
+	c, err := New(Config{URL: b.via("amqp", px.Addr()), Queue: q, Handler: h, Prefetch: prefetch,
+		Pipeline:    receiver.Config{Store: store, Namespace: q, KeyFunc: sp.key},
+		Concurrency: concurrency, ReconnectBackoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +226,7 @@ func TestGracefulStopInFlight(t *testing.T) {
 	b := newBroker(t)
 	q := b.queue("msgaudit-gsif-")
 	b.publishMany(q, total, func(i int) amqp.Publishing { return amqp.Publishing{MessageId: fmt.Sprintf("%s-%04d", q, i)} })
-	store := idempotency.NewMemory(idempotency.Options{})
+	store := memStore(t, idempotency.Options{})
 	defer store.Close()
 	release := make(chan struct{})
 	started := make(chan string, total)
@@ -238,7 +240,7 @@ func TestGracefulStopInFlight(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	c, err := New(Config{URL: b.url, Queue: q, Store: store, Handler: h, Prefetch: total, Concurrency: concurrency})
+	c, err := New(Config{URL: b.url, Queue: q, Handler: h, Prefetch: total, Concurrency: concurrency, Pipeline: receiver.Config{Store: store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,12 +267,17 @@ func TestGracefulStopInFlight(t *testing.T) {
 	}
 	// A second consumer over the same store: the handed-back deliveries'
 	// claims were released, so each runs now, once.
-	c2, err := New(Config{URL: b.url, Queue: q, Store: store, Concurrency: concurrency, Handler: func(_ context.Context, m *receiver.Message) error {
-		mu.Lock()
-		applied[m.Key]++
-		mu.Unlock()
-		return nil
-	}})
+	c2, err := New(Config{
+		URL:         b.url,
+		Queue:       q,
+		Concurrency: concurrency,
+		Handler: func(_ context.Context, m *receiver.Message) error {
+			mu.Lock()
+			applied[m.Key]++
+			mu.Unlock()
+			return nil
+		},
+		Pipeline: receiver.Config{Store: store}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"testing"
 
-	"github.com/acemq/msgaudit/internal/tcpproxy"
+	"github.com/acemq/msgaudit/internal/testkit/tcpproxy"
 )
 
 // newProxy forwards TCP connections from 127.0.0.1:0 to upstream. Cut

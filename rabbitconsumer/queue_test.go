@@ -21,27 +21,19 @@ func TestStoreChoice(t *testing.T) {
 	t.Parallel()
 	var nilSQLite *sqlitestore.Store
 	var nilStore idempotency.Store // what `store, _ := idempotency.Open(…)` leaves on an error
-	mem := idempotency.NewMemory(idempotency.Options{})
+	mem := memStore(t, idempotency.Options{})
 	defer mem.Close()
-	rcv, err := receiver.New(receiver.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tt := range []struct {
 		name string
 		cfg  Config
 		want string // "" = valid
 	}{
-		{"nothing chosen", Config{Store: nilStore}, "no Inbox, Store or StoreURL"},
-		{"typed-nil store", Config{Store: nilSQLite}, "Store is a nil *sqlitestore.Store"},
-		{"typed-nil store and MemoryOnly", Config{Store: nilSQLite, MemoryOnly: true}, "Store is a nil *sqlitestore.Store"},
-		{"store and MemoryOnly", Config{Store: mem, MemoryOnly: true}, "MemoryOnly set together with a store"},
-		{"store URL and MemoryOnly", Config{StoreURL: "memory", MemoryOnly: true}, "MemoryOnly set together with a store"},
-		{"store", Config{Store: mem}, ""},
-		{"store URL", Config{StoreURL: "redis://127.0.0.1:6379/0"}, ""},
-		{"store URL with no backend", Config{StoreURL: "mysql://u:pw@127.0.0.1/db"}, `StoreURL: idempotency: unsupported store URL: "mysql:…"`},
-		{"MemoryOnly", Config{MemoryOnly: true}, ""},
-		{"prebuilt receiver", Config{Receiver: rcv}, ""},
+		{"nothing chosen", Config{Pipeline: receiver.Config{Store: nilStore}}, "no Store, Inbox or Selectors"},
+		{"typed-nil store", Config{Pipeline: receiver.Config{Store: nilSQLite}}, "Store is a nil *sqlitestore.Store"},
+		{"typed-nil store and MemoryOnly", Config{Pipeline: receiver.Config{Store: nilSQLite, MemoryOnly: true}}, "Store is a nil *sqlitestore.Store"},
+		{"store and MemoryOnly", Config{Pipeline: receiver.Config{Store: mem, MemoryOnly: true}}, "MemoryOnly set together with a Store"},
+		{"store", Config{Pipeline: receiver.Config{Store: mem}}, ""},
+		{"MemoryOnly", Config{Pipeline: receiver.Config{MemoryOnly: true}}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.cfg
@@ -115,10 +107,14 @@ func TestMissingQueue(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	q := randomName(t, "msgaudit-missing-")
-	deleteQueues(t, b, q, q+DefaultDeadLetterSuffix)
+	deleteQueues(t, b, q, q+defaultDeadLetterSuffix)
 	var logs bytes.Buffer
-	c, err := New(Config{URL: b.url, Queue: q, Handler: nopHandler, MemoryOnly: true, ConnectRetries: 5,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	c, err := New(Config{
+		URL:     b.url,
+		Queue:   q,
+		Handler: nopHandler,
+		// ConnectRetries unset: a failed start is retried until ctx is done
+		Pipeline: receiver.Config{MemoryOnly: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,14 +137,14 @@ func TestMissingQueue(t *testing.T) {
 	if strings.Contains(logs.String(), "connect failed") {
 		t.Fatalf("a missing queue was logged as a connection failure:\n%s", logs.String())
 	}
-	if queueExists(t, b, q+DefaultDeadLetterSuffix) {
+	if queueExists(t, b, q+defaultDeadLetterSuffix) {
 		t.Fatal("the dead-letter queue of a missing queue was declared")
 	}
 	// The guarantee is logged once per consumer, not once per Run.
 	if err := c.Run(ctx); !errors.Is(err, ErrNoQueue) {
 		t.Fatalf("second Run = %v; want ErrNoQueue", err)
 	}
-	const guarantee = "level=WARN msg=\"rabbitconsumer: memory-only duplicate detection (Config.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again\""
+	const guarantee = "level=WARN msg=\"rabbitconsumer: memory-only duplicate detection (Pipeline.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again\""
 	if n := strings.Count(logs.String(), guarantee); n != 1 {
 		t.Fatalf("memory-only guarantee logged %d times over two runs, want once:\n%s", n, logs.String())
 	}
@@ -160,10 +156,10 @@ func TestDeclareQueue(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	q := randomName(t, "msgaudit-declare-")
-	deleteQueues(t, b, q, q+DefaultDeadLetterSuffix)
+	deleteQueues(t, b, q, q+defaultDeadLetterSuffix)
 	args := amqp.Table{"x-max-length": int32(1000)}
 	h := newCounting()
-	c, err := New(Config{URL: b.url, Queue: q, Handler: h.handle, MemoryOnly: true, Declare: true, QueueArguments: args})
+	c, err := New(Config{URL: b.url, Queue: q, Handler: h.handle, Declare: true, QueueArguments: args, Pipeline: receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +188,13 @@ func TestDeclareMismatch(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
 	q := b.queue("msgaudit-mismatch-") // durable, no arguments
-	c, err := New(Config{URL: b.url, Queue: q, Handler: nopHandler, MemoryOnly: true, Declare: true,
-		QueueArguments: amqp.Table{"x-max-length": int32(10)}})
+	c, err := New(Config{
+		URL:            b.url,
+		Queue:          q,
+		Handler:        nopHandler,
+		Declare:        true,
+		QueueArguments: amqp.Table{"x-max-length": int32(10)},
+		Pipeline:       receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,4 +213,15 @@ func TestDeclareMismatch(t *testing.T) {
 	if st := c.Stats(); st.ConnectErrors != 0 {
 		t.Fatalf("a refused declaration was retried: %+v", st)
 	}
+}
+
+// memStore returns a Memory with options o, failing tb if NewMemory refuses
+// them.
+func memStore(tb testing.TB, o idempotency.Options) *idempotency.Memory {
+	tb.Helper()
+	m, err := idempotency.NewMemory(o)
+	if err != nil {
+		tb.Fatalf("NewMemory(%+v): %v", o, err)
+	}
+	return m
 }

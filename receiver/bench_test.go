@@ -10,6 +10,7 @@ import (
 
 	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/admission"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -18,7 +19,7 @@ import (
 // tier sends the memory store's calls through idempotency.Group
 // (StoreBatch set), one delivery at a time: Group's cost when there is
 // nothing to group. handlers=0 runs without a handler gate, handlers=4
-// with one (Config.Handlers and a gate of WithAdmission, both free, as for
+// with one (Config.Handlers and a transport's gate, both free, as for
 // a transport's subscription).
 func BenchmarkProcess(b *testing.B) {
 	for _, tier := range []string{"memory", "memory+store", "memory+grouped-store"} {
@@ -32,9 +33,11 @@ func BenchmarkProcess(b *testing.B) {
 					}
 					cfg := receiver.Config{Audit: receiver.ConnAudit(ca), Completed: 1 << 20, Handlers: handlers}
 					if tier != "memory" {
-						s := idempotency.NewMemory(idempotency.Options{})
+						s := memStore(b, idempotency.Options{})
 						defer s.Close()
 						cfg.Store = s
+					} else {
+						cfg.MemoryOnly = true
 					}
 					if tier == "memory+grouped-store" {
 						cfg.StoreBatch = idempotency.DefaultGroupMaxBatch
@@ -45,7 +48,7 @@ func BenchmarkProcess(b *testing.B) {
 					}
 					ctx := context.Background()
 					if handlers > 0 {
-						ctx = receiver.WithAdmission(ctx, receiver.NewGate(handlers), make(chan struct{}))
+						ctx = admission.With(ctx, admission.New(handlers), make(chan struct{}))
 					}
 					keys := make([]string, b.N)
 					for i := range keys {
@@ -116,7 +119,7 @@ func (s *slowBatchStore) ReleaseBatch(ctx context.Context, claims []idempotency.
 func BenchmarkProcessSlowStore(b *testing.B) {
 	for _, batch := range []int{1, 0} {
 		b.Run("StoreBatch="+strconv.Itoa(batch), func(b *testing.B) {
-			s := &slowBatchStore{Memory: idempotency.NewMemory(idempotency.Options{}), latency: 200 * time.Microsecond}
+			s := &slowBatchStore{Memory: memStore(b, idempotency.Options{}), latency: 200 * time.Microsecond}
 			defer s.Close()
 			r, err := receiver.New(receiver.Config{Store: s, StoreBatch: batch, Completed: 1 << 20})
 			if err != nil {

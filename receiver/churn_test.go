@@ -81,8 +81,10 @@ func newChurnRig(t *testing.T, interval time.Duration) *churnRig {
 	log := slog.New(slog.NewJSONHandler(g.logs, nil))
 	// The adapter gets no logger and no metrics of its own: receiver.New
 	// must hand it the receiver's.
-	g.a = receiver.ConnAudit(ca, receiver.ConnAuditChurnInterval(interval), receiver.ConnAuditClock(g.clock.Now))
-	g.r, err = receiver.New(receiver.Config{Audit: g.a, Metrics: g.metrics, Logger: log, Completed: 16})
+	g.a = receiver.ConnAudit(ca)
+	receiver.SetChurnInterval(g.a, interval)
+	g.r, err = receiver.New(receiver.Config{Audit: g.a, Metrics: g.metrics, Logger: log, Clock: g.clock,
+		Completed: 16, MemoryOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +219,7 @@ func TestProducerChurnQuiet(t *testing.T) {
 		g.clock.Advance(10 * time.Millisecond)
 	}
 	s := g.metrics.Snapshot()
-	if s.Audit.Evictions != 0 || s.Audit.RecentEvictions != 0 || s.Audit.Producers != 64 || s.Audit.New != 2000 {
+	if s.Audit.Evictions != 0 || s.Audit.RecentEvictions != 0 || s.Audit.Producers != 64 || s.Audit.FirstSeen != 2000 {
 		t.Errorf("audit stats %+v", s.Audit)
 	}
 	if w := churnWarnings(t, g.logs.String()); len(w) != 0 {
@@ -275,8 +277,15 @@ func TestProducerChurnConcurrent(t *testing.T) {
 	}
 	logs := new(syncBuffer)
 	m := new(receiver.Metrics)
-	a := receiver.ConnAudit(ca, receiver.ConnAuditLogger(slog.New(slog.NewJSONHandler(logs, nil))),
-		receiver.ConnAuditChurnInterval(time.Microsecond), receiver.ConnAuditMetrics(m), receiver.ConnAuditMetrics(m))
+	a := receiver.ConnAudit(ca)
+	receiver.SetChurnInterval(a, time.Microsecond)
+	// Two receivers share the adapter and the metrics.
+	for range 2 {
+		if _, err := receiver.New(receiver.Config{Audit: a, Metrics: m, MemoryOnly: true,
+			Logger: slog.New(slog.NewJSONHandler(logs, nil))}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	const workers, per = 4, 2000
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -291,7 +300,7 @@ func TestProducerChurnConcurrent(t *testing.T) {
 	}
 	waitGroup(t, &wg, testWait, "the auditing goroutines finishing")
 	s := m.Snapshot() // the adapter was added twice: counted once
-	if s.Audit.New != workers*per || s.Audit.Evictions < workers*per-64 {
+	if s.Audit.FirstSeen != workers*per || s.Audit.Evictions < workers*per-64 {
 		t.Errorf("audit stats %+v", s.Audit)
 	}
 	for _, w := range churnWarnings(t, logs.String()) {
@@ -299,7 +308,7 @@ func TestProducerChurnConcurrent(t *testing.T) {
 			t.Errorf("warning with count %v", n)
 		}
 	}
-	if r, ok := a.(receiver.AuditStatsReporter); !ok || r.AuditStats().Checks != workers*per {
+	if r, ok := a.(interface{ AuditStats() connaudit.Stats }); !ok || r.AuditStats().Checks != workers*per {
 		t.Errorf("adapter does not report its stats (%v)", ok)
 	}
 }
@@ -315,10 +324,6 @@ func BenchmarkConnAuditCheck(b *testing.B) {
 	for _, logged := range []bool{false, true} {
 		b.Run(fmt.Sprintf("logger=%v", logged), func(b *testing.B) {
 			b.ReportAllocs()
-			var opts []receiver.ConnAuditOption
-			if logged {
-				opts = append(opts, receiver.ConnAuditLogger(slog.New(slog.DiscardHandler)))
-			}
 			var a receiver.Auditor
 			for i := range b.N {
 				if i%len(ids) == 0 { // a fresh audit, so every id is New
@@ -327,7 +332,12 @@ func BenchmarkConnAuditCheck(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					a = receiver.ConnAudit(ca, opts...)
+					a = receiver.ConnAudit(ca)
+					if logged {
+						if _, err := receiver.New(receiver.Config{Audit: a, MemoryOnly: true, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+							b.Fatal(err)
+						}
+					}
 					b.StartTimer()
 				}
 				if _, err := a.Check("c", "/queue/q", ids[i%len(ids)]); err != nil {

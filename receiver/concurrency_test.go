@@ -39,9 +39,11 @@ func TestConcurrentExactlyOnce(t *testing.T) {
 			}
 			cfg := receiver.Config{Audit: receiver.ConnAudit(ca), InFlightWait: tc.wait, MaxAttempts: 1 << 20}
 			if tc.store {
-				s := idempotency.NewMemory(idempotency.Options{})
+				s := memStore(t, idempotency.Options{})
 				defer s.Close()
 				cfg.Store = s
+			} else {
+				cfg.MemoryOnly = true
 			}
 			r, err := receiver.New(cfg)
 			if err != nil {
@@ -127,7 +129,7 @@ func TestConcurrentExactlyOnce(t *testing.T) {
 			if len(applied) != keys {
 				t.Fatalf("%d keys applied, want %d", len(applied), keys)
 			}
-			if n := r.Memory().InFlightCount(); n != 0 {
+			if n := receiver.InFlightCount(r); n != 0 {
 				t.Fatalf("%d in flight at the end", n)
 			}
 			s := r.Metrics().Snapshot()

@@ -10,15 +10,16 @@ import (
 
 	"github.com/acemq/msgaudit/bitsetbin"
 	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/internal/nilcheck"
 )
 
 // maxCachedDestinations bounds ConnAudit's cache of parsed destination
 // names; names beyond it are parsed on every call.
 const maxCachedDestinations = 4096
 
-// DefaultChurnInterval is the default shortest interval between two
-// producer-churn warnings of a ConnAudit adapter.
-const DefaultChurnInterval = time.Minute
+// churnInterval is the shortest interval between two producer-churn
+// warnings of a ConnAudit adapter.
+const churnInterval = time.Minute
 
 // churnPoll is the longest interval between two reads of the connection
 // audit's Stats by the check path (shorter when the churn interval is).
@@ -32,60 +33,12 @@ const churnSample = 16
 // churnHint is the advice logged with a producer-churn warning.
 const churnHint = "raise MaxProducers or investigate a producer-key flood"
 
-// AuditStatsReporter is implemented by an Auditor that can report the
+// auditStatsReporter is implemented by an Auditor that can report the
 // counters of its connection audit (the ConnAudit adapter does). Metrics
 // read it when a snapshot is taken or a collector is scraped; it must be
 // safe for concurrent use.
-type AuditStatsReporter interface {
+type auditStatsReporter interface {
 	AuditStats() connaudit.Stats
-}
-
-// ConnAuditOption configures the adapter returned by ConnAudit.
-type ConnAuditOption interface {
-	apply(*connAuditor)
-}
-
-type connAuditOptionFunc func(*connAuditor)
-
-func (f connAuditOptionFunc) apply(c *connAuditor) { f(c) }
-
-// ConnAuditLogger sets the logger of producer-churn warnings; a nil
-// logger is ignored. Without a logger the adapter does not warn (its
-// counters are still reported through AuditStats and ConnAuditMetrics).
-func ConnAuditLogger(l *slog.Logger) ConnAuditOption {
-	return connAuditOptionFunc(func(c *connAuditor) {
-		if l != nil {
-			c.churn.log.Store(l)
-			c.churn.ownLog = true
-		}
-	})
-}
-
-// ConnAuditChurnInterval sets the shortest interval between two
-// producer-churn warnings; zero or negative means DefaultChurnInterval.
-func ConnAuditChurnInterval(d time.Duration) ConnAuditOption {
-	return connAuditOptionFunc(func(c *connAuditor) {
-		if d > 0 {
-			c.churn.interval = d
-		}
-	})
-}
-
-// ConnAuditClock sets the clock of the churn rate limit (for tests); nil
-// means time.Now.
-func ConnAuditClock(now func() time.Time) ConnAuditOption {
-	return connAuditOptionFunc(func(c *connAuditor) {
-		if now != nil {
-			c.churn.now = now
-		}
-	})
-}
-
-// ConnAuditMetrics makes m report the audit's counters (Snapshot.Audit and
-// the msgaudit_receiver_audit_* metrics of m's collectors). Several
-// adapters may report to one Metrics: their counters are summed.
-func ConnAuditMetrics(m *Metrics) ConnAuditOption {
-	return connAuditOptionFunc(func(c *connAuditor) { m.addAudit(c) })
 }
 
 // ConnAudit adapts a connection audit to Auditor. Destinations are parsed
@@ -94,31 +47,29 @@ func ConnAuditMetrics(m *Metrics) ConnAuditOption {
 // destination is an error, which the memory selector treats like an
 // unparseable id (durable tier only, or dead-letter without one).
 //
-// The adapter implements AuditStatsReporter, and it makes producer churn
-// visible: when producers still active within their window were evicted
+// The Receiver the adapter is given to (Config.Audit) reports the audit's
+// counters in its Metrics (Snapshot.Audit; several adapters reporting to
+// one Metrics are summed), and the adapter makes producer churn visible
+// through the Receiver's Logger: when producers still active within their window were evicted
 // (connaudit.Stats.RecentEvictions grew, a sign that MaxProducers is too
 // small or that a producer-key flood is under way), or destination audits
 // were evicted (connaudit.Stats.AuditEvictions grew: MaxDestinations or
 // MaxConsumers too small, or a destination flood), it logs one warning
-// per ConnAuditChurnInterval (default one minute) with the number of such
+// per minute at most (by Config.Clock) with the number of such
 // evictions since the last warning and the totals. The check path reads
-// the audit's Stats at most once per second (or per interval, if shorter),
-// and only for checks whose sighting is FirstSeen, since a producer is evicted
+// the audit's Stats at most once per second, and only for checks whose sighting is FirstSeen, since a producer is evicted
 // only to make room for a new one; about one New check in 16 reads the
 // clock and compares it with an atomic timestamp, the others cost a
 // random number. So a warning comes after the first poll that sees the
 // evictions, at least a second after the adapter was made, and waits for
 // new ids: the counters are exact at any time through AuditStats.
-func ConnAudit(a *connaudit.Audit, opts ...ConnAuditOption) Auditor {
+// An adapter given to several Receivers warns through the logger of the
+// first that has one, by the clock of the first.
+func ConnAudit(a *connaudit.Audit) Auditor {
 	c := &connAuditor{a: a}
-	c.churn.interval = DefaultChurnInterval
-	c.churn.now = time.Now
-	for _, o := range opts {
-		o.apply(c)
-	}
+	c.churn.interval = churnInterval
 	c.churn.poll = min(churnPoll, c.churn.interval)
-	c.churn.base = c.churn.now()
-	c.churn.next.Store(int64(c.churn.poll))
+	c.churn.setClock(time.Now)
 	return c
 }
 
@@ -131,21 +82,28 @@ type connAuditor struct {
 
 // churnWarner rate-limits the producer-churn warning of one adapter.
 type churnWarner struct {
-	log    atomic.Pointer[slog.Logger]
-	ownLog bool // set by ConnAuditLogger: binding keeps it
-	now    func() time.Time
-	base   time.Time     // the clock when the adapter was made
-	poll   time.Duration // shortest interval between two Stats reads
+	log   atomic.Pointer[slog.Logger]
+	bound bool // a Receiver has set the clock; guarded by mu
+	now   func() time.Time
+	base  time.Time     // the clock when the adapter was made
+	poll  time.Duration // shortest interval between two Stats reads
 	// interval is the shortest interval between two warnings.
 	interval time.Duration
 	// next is when (nanoseconds since base) the check path may read Stats
 	// again.
 	next atomic.Int64
 
-	mu         sync.Mutex // guards warned, warnedDest and nextWarn
+	mu         sync.Mutex // guards bound, warned, warnedDest and nextWarn
 	warned     uint64     // RecentEvictions reported by the last warning
 	warnedDest uint64     // AuditEvictions reported by the last warning
 	nextWarn   time.Duration
+}
+
+// setClock makes now the warner's clock, starting from now.
+func (w *churnWarner) setClock(now func() time.Time) {
+	w.now = now
+	w.base = now()
+	w.next.Store(int64(w.poll))
 }
 
 // since returns the clock in nanoseconds since the adapter was made.
@@ -199,15 +157,25 @@ func (w *churnWarner) warn(log *slog.Logger, now time.Duration, st connaudit.Sta
 		slog.String("hint", churnHint))
 }
 
-// bindAuditor connects the receiver's logger and metrics to a: a ConnAudit
-// adapter without its own logger (ConnAuditLogger) warns through log, and
-// an Auditor that implements AuditStatsReporter is read by m's snapshots
-// and collectors. Binding twice is harmless.
-func bindAuditor(a Auditor, log *slog.Logger, m *Metrics) {
-	if c, ok := a.(*connAuditor); ok && log != nil && !c.churn.ownLog {
-		c.churn.log.CompareAndSwap(nil, log)
+// bindAuditor connects the receiver's logger, clock and metrics to a: a
+// ConnAudit adapter warns through the first logger and by the first clock
+// bound to it, and an Auditor that implements auditStatsReporter is read
+// by m's snapshots and collectors. Binding twice is harmless.
+func bindAuditor(a Auditor, log *slog.Logger, clock interface{ Now() time.Time }, m *Metrics) {
+	if c, ok := a.(*connAuditor); ok {
+		if log != nil {
+			c.churn.log.CompareAndSwap(nil, log)
+		}
+		c.churn.mu.Lock()
+		if !c.churn.bound {
+			c.churn.bound = true
+			if clock != nil && !nilcheck.IsNil(clock) {
+				c.churn.setClock(clock.Now)
+			}
+		}
+		c.churn.mu.Unlock()
 	}
-	if r, ok := a.(AuditStatsReporter); ok {
+	if r, ok := a.(auditStatsReporter); ok {
 		m.addAudit(r)
 	}
 }

@@ -50,7 +50,7 @@ func TestConnAudit(t *testing.T) {
 	}
 
 	// The whole pipeline over the real audit, with a snapshot restore.
-	r, _ := receiver.New(receiver.Config{Audit: a})
+	r, _ := receiver.New(receiver.Config{MemoryOnly: true, Audit: a})
 	m := func() *receiver.Message {
 		return &receiver.Message{Key: "ID:p-1-2-0:1:5", Destination: "/queue/orders"}
 	}
@@ -65,7 +65,7 @@ func TestConnAudit(t *testing.T) {
 	if err := ca2.UnmarshalBinary(snap); err != nil {
 		t.Fatal(err)
 	}
-	r2, _ := receiver.New(receiver.Config{Audit: receiver.ConnAudit(ca2)})
+	r2, _ := receiver.New(receiver.Config{MemoryOnly: true, Audit: receiver.ConnAudit(ca2)})
 	if res := r2.Process(context.Background(), m(), okHandler); !res.Duplicate || res.Reason != "audit" {
 		t.Fatalf("restored audit: %+v", res)
 	}

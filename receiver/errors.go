@@ -1,10 +1,14 @@
 package receiver
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/acemq/msgaudit/internal/admission"
+)
 
 // Sentinel errors of the receiver package.
 var (
-	// ErrDuplicate is returned by a handler built with Wrap when the
+	// ErrDuplicate is returned by a handler built with Receiver.Wrap when the
 	// delivery is a duplicate of finished work: the transport acknowledges
 	// it and does not process it (Spring's throw-on-rejection, mapped to
 	// "acknowledge, don't process").
@@ -26,10 +30,11 @@ var (
 	// ErrPanic wraps the value of a handler panic recovered by Process.
 	ErrPanic = errors.New("receiver: handler panicked")
 	// ErrAbandoned is the Result.Err of a delivery abandoned before its
-	// handler started (see WithAdmission): its context ended, or its
-	// transport's abandon signal closed, while it waited for a handler
-	// slot. Nothing was applied and nothing is to be acknowledged.
-	ErrAbandoned = errors.New("receiver: abandoned before the handler started")
+	// handler started: its context ended, or its transport's abandon
+	// signal closed (the connection was lost, a graceful stop began),
+	// while it waited for a handler slot. Nothing was applied and nothing
+	// is to be acknowledged.
+	ErrAbandoned error = admission.ErrAbandoned
 	// ErrConfig is returned by New for an invalid Config.
 	ErrConfig = errors.New("receiver: invalid config")
 )

@@ -4,20 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/receiver"
 )
 
-// The three-line wrap for any consumer: wrap the handler, then map its
-// error to the transport's action.
-func ExampleWrap() {
+// The wrap for any consumer: build the receiver, wrap the handler, then
+// map its error to the transport's action.
+func ExampleReceiver_Wrap() {
 	apply := func(ctx context.Context, m *receiver.Message) error {
 		fmt.Println("applied", m.Key)
 		return nil
 	}
-	h := receiver.Wrap(apply, receiver.WithMaxAttempts(3))
+	r, err := receiver.New(receiver.Config{MemoryOnly: true, MaxAttempts: 3})
+	if err != nil {
+		panic(err)
+	}
+	h := r.Wrap(apply)
 
 	for _, key := range []string{"ID:p:1", "ID:p:1", "ID:p:2"} {
 		err := h(context.Background(), &receiver.Message{Key: key, Destination: "/queue/orders"})
@@ -35,7 +38,11 @@ func ExampleWrap() {
 // store remembers the finished work, so the redelivery is acknowledged
 // without running the handler again.
 func ExampleReceiver_Process() {
-	store := idempotency.NewMemory(idempotency.Options{})
+	store, err := idempotency.NewMemory(idempotency.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	defer store.Close()
 	runs := 0
 	handle := func(ctx context.Context, m *receiver.Message) error {
@@ -51,7 +58,7 @@ func ExampleReceiver_Process() {
 	res := before.Process(context.Background(), m(), handle)
 	fmt.Println(res.Action, res.Reason, "attempt", res.Attempt)
 	res = before.Process(context.Background(), m(), handle)
-	fmt.Println(res.Action, res.Verdict)
+	fmt.Println(res.Action, res.Trace)
 
 	after, _ := receiver.New(receiver.Config{Store: store}) // restarted process
 	res = after.Process(context.Background(), m(), handle)
@@ -60,41 +67,4 @@ func ExampleReceiver_Process() {
 	// requeue handler-error attempt 1
 	// ack memory:untracked store:claimed
 	// ack duplicate: true store handler runs: 2
-}
-
-// A transport's workers: eight deliveries go through Process at once (their
-// claims made together), two handlers run at once. When the connection is
-// lost the transport closes abandon: a delivery still waiting for a handler
-// slot gives up, rolled back, and the transport sends nothing for it.
-func ExampleWithAdmission() {
-	store := idempotency.NewMemory(idempotency.Options{})
-	defer store.Close()
-	r, _ := receiver.New(receiver.Config{Store: store, Handlers: 2})
-	abandon := make(chan struct{}) // closed when the connection is lost
-	ctx := receiver.WithAdmission(context.Background(), receiver.NewGate(2), abandon)
-
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	acked := 0
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := &receiver.Message{Key: fmt.Sprintf("ID:p:%d", w+1), Destination: "/queue/orders"}
-			if res := r.Process(ctx, m, func(context.Context, *receiver.Message) error { return nil }); res.Action == receiver.Ack {
-				mu.Lock()
-				acked++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	fmt.Println("acknowledged:", acked)
-
-	close(abandon) // the connection is gone
-	res := r.Process(ctx, &receiver.Message{Key: "ID:p:9", Destination: "/queue/orders"}, func(context.Context, *receiver.Message) error { return nil })
-	fmt.Println(res.Action, res.Reason, "ran:", res.Ran, errors.Is(res.Err, receiver.ErrAbandoned))
-	// Output:
-	// acknowledged: 8
-	// requeue abandoned ran: false true
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/acemq/msgaudit/bitsetbin"
@@ -262,4 +263,15 @@ func (s *fakeStore) stealClaim(k idempotency.Key) {
 	defer s.mu.Unlock()
 	s.tokens++
 	s.entries[k] = &fakeEntry{owner: fmt.Sprintf("other%d", s.tokens), expires: s.clock.Now().Add(s.ttl)}
+}
+
+// memStore returns a Memory with options o, failing tb if NewMemory refuses
+// them.
+func memStore(tb testing.TB, o idempotency.Options) *idempotency.Memory {
+	tb.Helper()
+	m, err := idempotency.NewMemory(o)
+	if err != nil {
+		tb.Fatalf("NewMemory(%+v): %v", o, err)
+	}
+	return m
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/admission"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -21,13 +22,13 @@ func TestHandlersConfig(t *testing.T) {
 		handlers int
 		ok       bool
 	}{{-1, false}, {-100, false}, {0, true}, {1, true}, {64, true}} {
-		_, err := receiver.New(receiver.Config{Handlers: tc.handlers})
+		_, err := receiver.New(receiver.Config{MemoryOnly: true, Handlers: tc.handlers})
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, receiver.ErrConfig)) {
 			t.Errorf("Handlers %d: err %v", tc.handlers, err)
 		}
 	}
 	for n, want := range map[int]int{-3: 0, 0: 0, 1: 1, 7: 7} {
-		if got := receiver.NewGate(n).Cap(); got != want {
+		if got := admission.New(n).Cap(); got != want {
 			t.Errorf("NewGate(%d).Cap() = %d, want %d", n, got, want)
 		}
 	}
@@ -72,14 +73,14 @@ func (r *running) get(g string) (now, peak int) {
 func TestGateBoundsHandlers(t *testing.T) {
 	t.Parallel()
 	const total = 3
-	s := idempotency.NewMemory(idempotency.Options{})
+	s := memStore(t, idempotency.Options{})
 	defer s.Close()
 	r, err := receiver.New(receiver.Config{Store: s, Handlers: total, Duplicates: receiver.DuplicateDeliver,
 		MissingKey: receiver.MissingKeyProcess, MaxAttempts: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gates := map[string]*receiver.Gate{"a": receiver.NewGate(2), "b": receiver.NewGate(1), "c": nil}
+	gates := map[string]*admission.Gate{"a": admission.New(2), "b": admission.New(1), "c": nil}
 	run := newRunning()
 	// Until every bound has been reached once, handlers wait for it (so a
 	// gate that admits too few fails by timing out); after that they return
@@ -110,7 +111,7 @@ func TestGateBoundsHandlers(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range 12 {
 		group := []string{"a", "b", "c"}[w%3]
-		ctx := receiver.WithAdmission(bg, gates[group], nil)
+		ctx := admission.With(bg, gates[group], nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -135,7 +136,7 @@ func TestGateBoundsHandlers(t *testing.T) {
 			t.Errorf("group %s: peak %d handlers at once (bound %d), %d still running", g, peak, limit, now)
 		}
 	}
-	if n := r.Memory().InFlightCount(); n != 0 {
+	if n := receiver.InFlightCount(r); n != 0 {
 		t.Fatalf("%d keys still in flight", n)
 	}
 }
@@ -175,7 +176,7 @@ func (s *confirmGate) Confirm(ctx context.Context, c idempotency.Claim) error {
 // handler runs meanwhile.
 func TestGateReleasedBeforeSettle(t *testing.T) {
 	t.Parallel()
-	mem := idempotency.NewMemory(idempotency.Options{})
+	mem := memStore(t, idempotency.Options{})
 	defer mem.Close()
 	st := &confirmGate{Store: mem, confirming: make(chan idempotency.Key, 4), release: make(chan struct{})}
 	r, err := receiver.New(receiver.Config{Store: st, Handlers: 1})
@@ -244,7 +245,7 @@ func TestGateAbandon(t *testing.T) {
 				ctx, abandon = context.WithCancel(bg)
 			} else {
 				ch := make(chan struct{})
-				ctx, abandon = receiver.WithAdmission(bg, nil, ch), func() { close(ch) }
+				ctx, abandon = admission.With(bg, nil, ch), func() { close(ch) }
 			}
 			var calls atomic.Int32
 			count := func(context.Context, *receiver.Message) error { calls.Add(1); return nil }
@@ -275,7 +276,7 @@ func TestGateAbandon(t *testing.T) {
 			if res, _ := recv(t, held, testWait, "the slot holder's result"); res.Action != receiver.Ack {
 				t.Fatalf("holder %+v", res)
 			}
-			if n := g.r.Memory().InFlightCount(); n != 0 {
+			if n := receiver.InFlightCount(g.r); n != 0 {
 				t.Fatalf("%d in flight after abandon", n)
 			}
 			// The redelivery runs (the duplicate is delivered again).
@@ -295,8 +296,8 @@ func TestGateAbandonedAfterAcquire(t *testing.T) {
 		g := newRig(t, true, func(c *receiver.Config) { c.Handlers = handlers })
 		ch := make(chan struct{})
 		close(ch)
-		for _, gate := range []*receiver.Gate{nil, receiver.NewGate(1)} {
-			ctx := receiver.WithAdmission(bg, gate, ch)
+		for _, gate := range []*admission.Gate{nil, admission.New(1)} {
+			ctx := admission.With(bg, gate, ch)
 			res := g.r.Process(ctx, msg("ID:late:1"), func(context.Context, *receiver.Message) error {
 				t.Error("handler ran after the abandon signal")
 				return nil
@@ -382,7 +383,7 @@ func (s *slowBatch) largest() (claim, confirm int) {
 // every delivery is acknowledged once.
 func TestGateGroupsStoreCalls(t *testing.T) {
 	t.Parallel()
-	mem := idempotency.NewMemory(idempotency.Options{})
+	mem := memStore(t, idempotency.Options{})
 	defer mem.Close()
 	st := &slowBatch{Memory: mem}
 	r, err := receiver.New(receiver.Config{Store: st, Handlers: 2})
@@ -421,4 +422,40 @@ func TestGateGroupsStoreCalls(t *testing.T) {
 	t.Logf("%d deliveries: %d claim batches (largest %d), %d confirm batches (largest %d)",
 		inFlight*perWorker, len(st.claims), claim, len(st.confirms), confirm)
 	st.mu.Unlock()
+}
+
+// TestAdmissionAbandon: a transport's workers: eight deliveries go through
+// Process at once (their claims made together), two handlers run at once.
+// When the connection is lost the transport closes abandon: a delivery
+// still waiting for a handler slot gives up, rolled back, and the
+// transport sends nothing for it.
+func TestAdmissionAbandon(t *testing.T) {
+	t.Parallel()
+	store := memStore(t, idempotency.Options{})
+	defer store.Close()
+	r, err := receiver.New(receiver.Config{Store: store, Handlers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandon := make(chan struct{}) // closed when the connection is lost
+	ctx := admission.With(context.Background(), admission.New(2), abandon)
+	var acked atomic.Int32
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			m := &receiver.Message{Key: fmt.Sprintf("ID:p:%d", w+1), Destination: "/queue/orders"}
+			if res := r.Process(ctx, m, okHandler); res.Action == receiver.Ack {
+				acked.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := acked.Load(); n != 8 {
+		t.Fatalf("acknowledged %d, want 8", n)
+	}
+	close(abandon) // the connection is gone
+	res := r.Process(ctx, &receiver.Message{Key: "ID:p:9", Destination: "/queue/orders"}, okHandler)
+	if res.Action != receiver.Requeue || res.Reason != "abandoned" || res.Ran || !errors.Is(res.Err, receiver.ErrAbandoned) {
+		t.Fatalf("after abandon: %+v", res)
+	}
 }

@@ -74,22 +74,22 @@ func TestLongKeysBounded(t *testing.T) {
 		handler func(context.Context, *receiver.Message) error
 		want    receiver.Action
 	}{
-		{"zero config", func(*testing.T) receiver.Config { return receiver.Config{} }, nil, receiver.Ack},
+		{"memory only", func(*testing.T) receiver.Config { return receiver.Config{MemoryOnly: true} }, nil, receiver.Ack},
 		{"audit and store", func(t *testing.T) receiver.Config {
 			a, err := connaudit.New(connaudit.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return receiver.Config{Audit: receiver.ConnAudit(a), Store: idempotency.NewMemory(idempotency.Options{})}
+			return receiver.Config{Audit: receiver.ConnAudit(a), Store: memStore(t, idempotency.Options{})}
 		}, nil, receiver.Ack},
 		{"audit alone", func(t *testing.T) receiver.Config {
 			a, err := connaudit.New(connaudit.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return receiver.Config{Audit: receiver.ConnAudit(a)}
+			return receiver.Config{Audit: receiver.ConnAudit(a), MemoryOnly: true}
 		}, nil, receiver.DeadLetter},
-		{"failing handler", func(*testing.T) receiver.Config { return receiver.Config{MaxAttempts: 2} },
+		{"failing handler", func(*testing.T) receiver.Config { return receiver.Config{MaxAttempts: 2, MemoryOnly: true} },
 			func(context.Context, *receiver.Message) error { return errors.New("handler failed") }, receiver.Requeue},
 	}
 	for _, c := range cases {

@@ -32,7 +32,7 @@ type Auditor interface {
 // in-flight/outcome table.
 const memoryShards = 16
 
-// MemorySelector is the cheap first tier: the connection audit plus the
+// memorySelector is the cheap first tier: the connection audit plus the
 // receiver's in-flight/outcome table (key → in flight | completed; a failed
 // delivery leaves no entry because its audit bit is rolled back). It knows
 // what happened in this process since it started (or since the audit
@@ -60,7 +60,7 @@ const memoryShards = 16
 //
 // The table's lock covers the audit check and the table update, so two
 // concurrent deliveries of one key cannot both be taken as new.
-type MemorySelector struct {
+type memorySelector struct {
 	audit   Auditor
 	durable bool
 	wait    time.Duration
@@ -82,8 +82,8 @@ type flight struct {
 	completed bool
 }
 
-// MemoryOptions configure a MemorySelector.
-type MemoryOptions struct {
+// memoryOptions configure a memorySelector.
+type memoryOptions struct {
 	// Audit is the connection audit; nil means table only.
 	Audit Auditor
 	// Durable says a durable selector follows this one (it decides what
@@ -101,25 +101,25 @@ type MemoryOptions struct {
 	Logger *slog.Logger
 }
 
-// DefaultInFlightWait is how long a duplicate waits for its in-flight
+// defaultInFlightWait is how long a duplicate waits for its in-flight
 // original by default.
-const DefaultInFlightWait = 10 * time.Second
+const defaultInFlightWait = 10 * time.Second
 
-// DefaultCompleted is the default number of completed keys remembered.
-const DefaultCompleted = 1 << 16
+// defaultCompleted is the default number of completed keys remembered.
+const defaultCompleted = 1 << 16
 
-// NewMemorySelector returns a MemorySelector.
-func NewMemorySelector(o MemoryOptions) (*MemorySelector, error) {
+// newMemorySelector returns a memorySelector.
+func newMemorySelector(o memoryOptions) (*memorySelector, error) {
 	if o.Completed < 0 {
 		return nil, fmt.Errorf("%w: negative completed size %d", ErrConfig, o.Completed)
 	}
 	if o.Completed == 0 {
-		o.Completed = DefaultCompleted
+		o.Completed = defaultCompleted
 	}
 	if o.Wait == 0 {
-		o.Wait = DefaultInFlightWait
+		o.Wait = defaultInFlightWait
 	}
-	s := &MemorySelector{audit: o.Audit, durable: o.Durable, wait: o.Wait, metrics: o.Metrics,
+	s := &memorySelector{audit: o.Audit, durable: o.Durable, wait: o.Wait, metrics: o.Metrics,
 		log: orDiscard(o.Logger), seed: maphash.MakeSeed()}
 	per := (o.Completed + memoryShards - 1) / memoryShards
 	for i := range s.shards {
@@ -134,49 +134,55 @@ func NewMemorySelector(o MemoryOptions) (*MemorySelector, error) {
 }
 
 // Name returns "memory".
-func (s *MemorySelector) Name() string { return "memory" }
+func (s *memorySelector) Name() string { return "memory" }
 
-// MaxKeyBytes is the longest idempotency key the receiver keeps or logs
+// maxKeyBytes is the longest idempotency key the receiver keeps or logs
 // as it is. The in-flight and completed tables and the failure counts hold
 // a longer key (with its scope) as its SHA-256, so 65,536 completed keys
 // cost a bounded amount whatever producers send; log lines carry its first
-// 64 bytes, its length and its SHA-256 (LogKey). The idempotency store
+// 64 bytes, its length and its SHA-256 (logKey). The idempotency store
 // applies its own MaxKeyLength, hashing longer keys as well.
-const MaxKeyBytes = 256
+const maxKeyBytes = 256
 
-// tableKey is the key of m in the tables: "k", the scope, a NUL and the
-// idempotency key when that fits in MaxKeyBytes, else "h" and the SHA-256
-// of the scope's length, the scope and the key (the first byte keeps the
-// two forms apart).
-func tableKey(m *Message) string {
-	scope, key := m.Scope(), m.IdempotencyKey()
-	if len(scope)+len(key)+2 <= MaxKeyBytes {
-		return "k" + scope + "\x00" + key
+// tableKey is the key of m in the tables, joinKey of its scope and
+// idempotency key.
+func tableKey(m *Message) string { return joinKey(m.Scope(), m.IdempotencyKey()) }
+
+// joinKey joins scope and key injectively: "k", the scope's length (a
+// uvarint), the scope and the key when that fits in maxKeyBytes, else "h"
+// and the SHA-256 of the same length, scope and key. The length says where
+// the scope ends whatever bytes either holds, and the first byte keeps the
+// two forms apart.
+func joinKey(scope, key string) string {
+	var n [binary.MaxVarintLen64]byte
+	prefix := binary.AppendUvarint(n[:0], uint64(len(scope)))
+	if 1+len(prefix)+len(scope)+len(key) <= maxKeyBytes {
+		return "k" + string(prefix) + scope + key
 	}
 	h := sha256.New()
-	h.Write(binary.AppendUvarint(nil, uint64(len(scope))))
+	h.Write(prefix)
 	h.Write([]byte(scope))
 	h.Write([]byte(key))
 	return string(h.Sum([]byte("h")))
 }
 
-// LogKey is how the receiver logs an idempotency key: whole up to
-// MaxKeyBytes, else its first 64 bytes followed by "...", its length and
+// logKey is how the receiver logs an idempotency key: whole up to
+// maxKeyBytes, else its first 64 bytes followed by "...", its length and
 // its hex SHA-256, so a log line stays bounded whatever the key.
-func LogKey(key string) string {
-	if len(key) <= MaxKeyBytes {
+func logKey(key string) string {
+	if len(key) <= maxKeyBytes {
 		return key
 	}
 	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s...(%d bytes, sha256 %x)", strings.ToValidUTF8(key[:64], ""), len(key), sum)
 }
 
-func (s *MemorySelector) shard(k string) *memShard {
+func (s *memorySelector) shard(k string) *memShard {
 	return &s.shards[maphash.String(s.seed, k)%memoryShards]
 }
 
-// Select decides about m as described on MemorySelector.
-func (s *MemorySelector) Select(ctx context.Context, m *Message) (Decision, error) {
+// Select decides about m as described on memorySelector.
+func (s *memorySelector) Select(ctx context.Context, m *Message) (Decision, error) {
 	k := tableKey(m)
 	sh := s.shard(k)
 	waited := false
@@ -240,7 +246,7 @@ func (s *MemorySelector) Select(ctx context.Context, m *Message) (Decision, erro
 				if !s.durable {
 					s.metrics.inc(&s.metrics.TooOldFailOpen)
 					s.log.Warn("receiver: id below the audit window, treated as new (no durable store)",
-						"destination", m.Destination, "key", LogKey(m.IdempotencyKey()))
+						"destination", m.Destination, "key", logKey(m.IdempotencyKey()))
 				}
 			}
 		}
@@ -254,7 +260,7 @@ func (s *MemorySelector) Select(ctx context.Context, m *Message) (Decision, erro
 	}
 }
 
-func (s *MemorySelector) settle(sh *memShard, k string, f *flight, m *Message, bit bool, st Settlement) {
+func (s *memorySelector) settle(sh *memShard, k string, f *flight, m *Message, bit bool, st Settlement) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.inflight[k] != f {
@@ -266,7 +272,7 @@ func (s *MemorySelector) settle(sh *memShard, k string, f *flight, m *Message, b
 		sh.done.Add(k, struct{}{})
 	} else if bit {
 		if err := s.audit.Rollback(m.Consumer, m.Destination, m.IdempotencyKey()); err != nil {
-			s.log.Warn("receiver: audit rollback failed", "destination", m.Destination, "key", LogKey(m.IdempotencyKey()), "err", err)
+			s.log.Warn("receiver: audit rollback failed", "destination", m.Destination, "key", logKey(m.IdempotencyKey()), "err", err)
 		}
 	}
 	close(f.done)
@@ -277,7 +283,7 @@ func (s *MemorySelector) settle(sh *memShard, k string, f *flight, m *Message, b
 // Transports call it (through Receiver.Forget) for a delivery that will
 // come back without having run; a key known here is left alone, because
 // its bit belongs to a delivery that is running or finished.
-func (s *MemorySelector) Forget(m *Message) bool {
+func (s *memorySelector) Forget(m *Message) bool {
 	if s.audit == nil {
 		return false
 	}
@@ -291,48 +297,26 @@ func (s *MemorySelector) Forget(m *Message) bool {
 	return s.audit.Rollback(m.Consumer, m.Destination, m.IdempotencyKey()) == nil
 }
 
-// State is what the in-memory table knows about a key.
-type State uint8
-
-const (
-	// Unknown: no entry (never seen here, failed and rolled back, or
-	// evicted from the completed LRU).
-	Unknown State = iota
-	// InFlight: a delivery of the key is being processed.
-	InFlight
-	// Done: a delivery of the key completed (kept in a bounded LRU).
-	Done
-)
-
-// String returns "unknown", "in-flight" or "done".
-func (s State) String() string {
-	switch s {
-	case InFlight:
-		return "in-flight"
-	case Done:
-		return "done"
-	}
-	return "unknown"
-}
-
-// State reports what the table knows about m's key (m.Key, or the key
-// Process derived) in m's scope.
-func (s *MemorySelector) State(m *Message) State {
+// state reports what the table knows about m's key (m.Key, or the key
+// Process derived) in m's scope: "in-flight", "done" (completed, kept in a
+// bounded LRU) or "unknown" (never seen here, failed and rolled back, or
+// evicted from the completed LRU).
+func (s *memorySelector) state(m *Message) string {
 	k := tableKey(m)
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	switch {
 	case sh.inflight[k] != nil:
-		return InFlight
+		return "in-flight"
 	case sh.done.Contains(k):
-		return Done
+		return "done"
 	}
-	return Unknown
+	return "unknown"
 }
 
-// InFlightCount returns the number of deliveries in flight.
-func (s *MemorySelector) InFlightCount() int {
+// inFlightCount returns the number of deliveries in flight.
+func (s *memorySelector) inFlightCount() int {
 	n := 0
 	for i := range s.shards {
 		s.shards[i].mu.Lock()

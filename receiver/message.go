@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/acemq/msgaudit/internal/keyjoin"
 )
 
 // Message is the transport-neutral view of one delivery. Transports fill
@@ -67,10 +69,12 @@ func (m *Message) IsTopic() bool {
 
 // Scope is the name under which the receiver tracks the message's key:
 // the destination for queues, destination plus consumer for topics — the
-// routing of ActiveMQ's ConnectionAudit.
+// routing of ActiveMQ's ConnectionAudit. A topic's scope is the
+// destination, "#" and the consumer with '%' and '#' escaped ("%25",
+// "%23"), so two different pairs never share a scope.
 func (m *Message) Scope() string {
 	if m.IsTopic() {
-		return m.Destination + "#" + m.Consumer
+		return keyjoin.Topic(m.Destination, m.Consumer)
 	}
 	return m.Destination
 }
@@ -131,8 +135,10 @@ type Result struct {
 	// Err is the handler's error (a panic wraps ErrPanic), a selector's
 	// error, or nil.
 	Err error
-	// Verdict lists what each selector said, e.g. "memory:new store:claimed".
-	Verdict string
+	// Trace lists what each selector said, e.g. "memory:new store:claimed"
+	// (for logs; the typed answer of each selector is its
+	// Decision.Verdict).
+	Trace string
 	// Duplicate is true when the delivery was recognised as a duplicate.
 	Duplicate bool
 	// Ran is true when the handler ran.
@@ -140,37 +146,10 @@ type Result struct {
 	// Attempt is the effective attempt number of this delivery.
 	Attempt int
 	// RetryAfter is the suggested backoff before a Requeue'd delivery is
-	// retried (exponential with jitter, from Config.Backoff).
+	// retried (Config.Backoff).
 	RetryAfter time.Duration
 }
 
-// Header names a transport may set on a dead-lettered copy or a marked
-// duplicate.
-const (
-	// HeaderDuplicate is set to "true" on a duplicate delivered under
-	// DuplicateDeliver.
-	HeaderDuplicate = "duplicate"
-	// HeaderDeadLetterReason carries Result.Reason on a dead-lettered copy.
-	HeaderDeadLetterReason = "x-dead-letter-reason"
-	// HeaderAttempts carries Result.Attempt on a dead-lettered copy.
-	HeaderAttempts = "x-attempts"
-	// HeaderOriginalKey carries the idempotency key on a copy a transport
-	// resends, so the copy is audited under the original's key.
-	HeaderOriginalKey = "x-original-key"
-)
-
-// DeadLetterHeaders returns the headers a transport adds to the
-// dead-lettered copy of m for result r: m's headers plus the reason and the
-// attempt count, and the original key.
-func DeadLetterHeaders(m *Message, r Result) map[string]string {
-	h := make(map[string]string, len(m.Headers)+3)
-	for k, v := range m.Headers {
-		h[k] = v
-	}
-	h[HeaderDeadLetterReason] = r.Reason
-	h[HeaderAttempts] = strconv.Itoa(r.Attempt)
-	if k := m.IdempotencyKey(); k != "" {
-		h[HeaderOriginalKey] = k
-	}
-	return h
-}
+// headerDuplicate is set to "true" on a duplicate delivered under
+// DuplicateDeliver.
+const headerDuplicate = "duplicate"

@@ -7,15 +7,11 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/internal/storelat"
 )
 
 // storeBuckets are the upper bounds of the store latency histogram.
-var storeBuckets = [...]time.Duration{
-	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
-	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
-	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
-	100 * time.Millisecond, 250 * time.Millisecond, time.Second,
-}
+var storeBuckets = storelat.Bounds
 
 // Metrics are the counters of one receiver (and of the transport that
 // drives it: transports add Reconnects). Every field is an atomic counter,
@@ -63,27 +59,32 @@ type Metrics struct {
 	// Forgotten counts audit bits rolled back by Forget.
 	Forgotten atomic.Uint64
 	// StoreCalls and StoreNanos are the count and total latency of store
-	// calls; StoreBuckets[i] counts calls no slower than the i-th bound of
-	// StoreBucketBounds.
+	// calls; StoreBuckets[i] counts calls no slower than the i-th of the
+	// bounds 100 µs, 250 µs, 500 µs, 1 ms, 2.5 ms, 5 ms, 10 ms, 25 ms,
+	// 50 ms, 100 ms, 250 ms and 1 s (and slower than the one before).
 	StoreCalls   atomic.Uint64
 	StoreNanos   atomic.Uint64
-	StoreBuckets [len(storeBuckets)]atomic.Uint64
+	StoreBuckets [len(storelat.Bounds)]atomic.Uint64
 
 	// auditMu serialises addAudit; audits is the list of connection
 	// audits whose counters Snapshot reads (copy on write).
 	auditMu sync.Mutex
-	audits  atomic.Pointer[[]AuditStatsReporter]
+	audits  atomic.Pointer[[]auditStatsReporter]
+
+	// inflight holds the deliveries inside Process (InFlight,
+	// OldestInFlight).
+	inflight inflight
 }
 
 // addAudit makes m's snapshots report r's counters (once, however often
 // it is added).
-func (m *Metrics) addAudit(r AuditStatsReporter) {
+func (m *Metrics) addAudit(r auditStatsReporter) {
 	if m == nil || r == nil {
 		return
 	}
 	m.auditMu.Lock()
 	defer m.auditMu.Unlock()
-	var cur []AuditStatsReporter
+	var cur []auditStatsReporter
 	if p := m.audits.Load(); p != nil {
 		cur = *p
 	}
@@ -113,7 +114,7 @@ func (m *Metrics) auditStats() connaudit.Stats {
 	for _, r := range *p {
 		s := r.AuditStats()
 		st.Checks += s.Checks
-		st.New += s.New
+		st.FirstSeen += s.FirstSeen
 		st.Duplicates += s.Duplicates
 		st.TooOld += s.TooOld
 		st.Malformed += s.Malformed
@@ -130,12 +131,6 @@ func (m *Metrics) auditStats() connaudit.Stats {
 		st.AuditEvictions += s.AuditEvictions
 	}
 	return st
-}
-
-// StoreBucketBounds returns the upper bounds of the store latency buckets.
-func StoreBucketBounds() []time.Duration {
-	b := storeBuckets
-	return b[:]
 }
 
 func (m *Metrics) inc(c *atomic.Uint64) {
@@ -183,16 +178,23 @@ type Snapshot struct {
 	StoreErrors, SettleErrors, Forgotten                                  uint64
 	StoreCalls                                                            uint64
 	StoreLatency                                                          time.Duration // total
-	StoreBuckets                                                          []uint64      // per bound of StoreBucketBounds, not cumulative
+	StoreBuckets                                                          []uint64      // per bound of Metrics.StoreBuckets, not cumulative
 	// Audited reports whether a connection audit reports to these
 	// Metrics; exporters leave the Audit counters out until one does.
 	Audited bool
 	// Audit sums the counters of the connection audits that report to
-	// these Metrics (see AuditStatsReporter, ConnAuditMetrics), read when
+	// these Metrics (the Audit of a Receiver built with them), read when
 	// the snapshot is taken; zero without one. Audit.RecentEvictions
 	// growing means producers still active were evicted: MaxProducers is
 	// too small or a producer-key flood is under way.
 	Audit connaudit.Stats
+	// InFlight is the number of deliveries inside Process when the
+	// snapshot is taken (waiting for a handler, running it, or settling),
+	// and OldestInFlight how long the oldest of them has been there: a
+	// value that keeps growing is a stuck handler or a settlement that
+	// does not return.
+	InFlight       int
+	OldestInFlight time.Duration
 }
 
 // Duplicates returns the total of the duplicates counters.
@@ -231,5 +233,6 @@ func (m *Metrics) Snapshot() Snapshot {
 	}
 	s.Audit = m.auditStats()
 	s.Audited = m.audited()
+	s.InFlight, s.OldestInFlight = m.inflight.read(time.Now())
 	return s
 }

@@ -3,6 +3,7 @@ package receiver_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,8 +14,8 @@ import (
 	"github.com/acemq/msgaudit/receiver"
 )
 
-// TestNilDependenciesFailAtConstruction: a store or selector left nil by
-// an ignored constructor error is rejected by New, NewWrap and the selector
+// TestNilDependenciesFailAtConstruction: a store, inbox or selector left
+// nil by an ignored constructor error is rejected by New and the selector
 // constructors, never accepted to fail (or silently run without it) at the
 // first message.
 func TestNilDependenciesFailAtConstruction(t *testing.T) {
@@ -23,19 +24,21 @@ func TestNilDependenciesFailAtConstruction(t *testing.T) {
 	var nilMeta *receiver.MetadataSelector // what `sel, _ := NewMetadataSelector(nil, …)` leaves
 	var nilMemStore *metadata.Memory
 	var nilAudit *connaudit.Audit
+	var nilInbox *fakeInbox
 	for _, tt := range []struct {
 		name string
 		cfg  receiver.Config
 		want string // in the error
 	}{
 		{"typed-nil store", receiver.Config{Store: nilSQLite}, "Store is a nil *sqlitestore.Store"},
+		{"typed-nil inbox", receiver.Config{Inbox: nilInbox}, "Inbox is a nil *receiver_test.fakeInbox"},
 		{"nil selector", receiver.Config{Selectors: []receiver.Selector{nil}}, "selector 0 is nil"},
 		{"typed-nil selector", receiver.Config{Selectors: []receiver.Selector{nilMeta}}, "selector 0 is nil (*receiver.MetadataSelector"},
 		{"second selector nil", receiver.Config{Selectors: []receiver.Selector{receiver.SelectorFunc{Label: "a",
 			Func: func(context.Context, *receiver.Message) (receiver.Verdict, string, error) {
 				return receiver.Accept, "", nil
 			}}, nilMeta}}, "selector 1 is nil"},
-		{"ConnAudit of a nil audit", receiver.Config{Audit: receiver.ConnAudit(nilAudit)}, "nil *connaudit.Audit"},
+		{"ConnAudit of a nil audit", receiver.Config{Audit: receiver.ConnAudit(nilAudit), MemoryOnly: true}, "nil *connaudit.Audit"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r, err := receiver.New(tt.cfg)
@@ -44,10 +47,6 @@ func TestNilDependenciesFailAtConstruction(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("New: %q does not say %q", err, tt.want)
-			}
-			h, err := receiver.NewWrap(okHandler, receiver.WithConfig(tt.cfg))
-			if !errors.Is(err, receiver.ErrConfig) || h != nil {
-				t.Fatalf("NewWrap(WithConfig) = %v; want an ErrConfig error", err)
 			}
 		})
 	}
@@ -60,72 +59,113 @@ func TestNilDependenciesFailAtConstruction(t *testing.T) {
 			}
 		}
 	})
-	t.Run("store selector over a nil store", func(t *testing.T) {
-		for name, st := range map[string]idempotency.Store{"nil": nil, "typed nil": nilSQLite} {
-			sel, err := receiver.NewStoreSelector(st, receiver.StoreOptions{})
-			if !errors.Is(err, receiver.ErrConfig) || sel != nil {
-				t.Errorf("%s: NewStoreSelector = %v, %v; want an ErrConfig error", name, sel, err)
-			}
-		}
-	})
-	t.Run("unset store is no store", func(t *testing.T) {
-		r, err := receiver.New(receiver.Config{})
+	t.Run("memory only is the memory tier alone", func(t *testing.T) {
+		r, err := receiver.New(receiver.Config{MemoryOnly: true})
 		if err != nil {
-			t.Fatalf("zero Config: %v", err)
+			t.Fatalf("MemoryOnly Config: %v", err)
 		}
-		if n := len(r.Selectors()); n != 1 {
-			t.Fatalf("zero Config runs %d selectors, want the memory tier alone", n)
+		if names := receiver.SelectorNames(r); !slices.Equal(names, []string{"memory"}) {
+			t.Fatalf("MemoryOnly Config runs %v, want the memory tier alone", names)
 		}
 	})
 }
 
-// TestWrapOptionErrors: an option given a nil dependency is an error from
-// NewWrap naming the option, and a panic from Wrap; both at construction.
-func TestWrapOptionErrors(t *testing.T) {
+// fakeInbox is a receiver.Inbox whose lanes are sized as the inboxes size
+// theirs: to the handlers unless fixed, and whose pool allows conns
+// connections (0: unlimited).
+type fakeInbox struct {
+	fixed, lanes, conns int
+}
+
+func (f *fakeInbox) Name() string { return "inbox" }
+
+func (f *fakeInbox) Select(context.Context, *receiver.Message) (receiver.Decision, error) {
+	return receiver.Decision{Verdict: receiver.Accept, Reason: "new", Detail: "recorded"}, nil
+}
+
+func (f *fakeInbox) SizeLanes(handlers int) int {
+	f.lanes = 4 // the inbox's own default
+	if f.fixed > 0 {
+		f.lanes = f.fixed
+	} else if handlers > 0 {
+		f.lanes = handlers
+	}
+	return f.lanes
+}
+
+func (f *fakeInbox) MaxOpenConns() int { return f.conns }
+
+// TestConfigChecks: New refuses, with an error wrapping ErrConfig that says
+// what is wrong, every configuration that would run without the
+// durability it was given (or without any chosen), or with an inbox that
+// could not hold: each check in one place, whatever builds the Receiver.
+func TestConfigChecks(t *testing.T) {
 	t.Parallel()
-	var nilSQLite *sqlitestore.Store
-	var nilStore idempotency.Store // what `store, _ := idempotency.Open(…)` leaves on an error
-	var nilMeta *receiver.MetadataSelector
+	store := memStore(t, idempotency.Options{})
+	defer store.Close()
 	for _, tt := range []struct {
 		name string
-		h    receiver.Handler
-		opts []receiver.Option
-		want string
+		cfg  receiver.Config
+		want string // in the error; "" means accepted
 	}{
-		{"WithStore(nil)", okHandler, []receiver.Option{receiver.WithStore(nilStore, "orders")}, "WithStore: nil store"},
-		{"WithStore(typed nil)", okHandler, []receiver.Option{receiver.WithStore(nilSQLite, "orders")}, "WithStore: nil store"},
-		{"WithSelectors(nil)", okHandler, []receiver.Option{receiver.WithSelectors(nil)}, "WithSelectors: selector 0 is nil"},
-		{"WithSelectors(typed nil)", okHandler, []receiver.Option{receiver.WithSelectors(nilMeta)}, "WithSelectors: selector 0 is nil"},
-		{"WithAudit(nil)", okHandler, []receiver.Option{receiver.WithAudit(nil)}, "WithAudit: nil auditor"},
-		{"nil option", okHandler, []receiver.Option{nil}, "nil Option"},
-		{"nil handler", nil, nil, "nil Handler"},
-		{"bad config", okHandler, []receiver.Option{receiver.WithMaxAttempts(-1)}, "negative MaxAttempts"},
-		{"first error wins", okHandler, []receiver.Option{receiver.WithStore(nilStore, ""), receiver.WithSelectors(nilMeta)}, "WithStore"},
+		{"zero config", receiver.Config{}, "no Store, Inbox or Selectors"},
+		{"memory only", receiver.Config{MemoryOnly: true}, ""},
+		{"store", receiver.Config{Store: store}, ""},
+		{"selectors", receiver.Config{Selectors: []receiver.Selector{&fakeInbox{}}}, ""},
+		{"inbox", receiver.Config{Inbox: &fakeInbox{}, Handlers: 4}, ""},
+		{"store and memory only", receiver.Config{Store: store, MemoryOnly: true}, "MemoryOnly set together with a Store or an Inbox"},
+		{"inbox and memory only", receiver.Config{Inbox: &fakeInbox{}, MemoryOnly: true}, "MemoryOnly set together with a Store or an Inbox"},
+		{"inbox and store", receiver.Config{Inbox: &fakeInbox{}, Store: store}, "Inbox and Store both set"},
+		{"inbox with DuplicateDeliver", receiver.Config{Inbox: &fakeInbox{}, Duplicates: receiver.DuplicateDeliver}, "Inbox with DuplicateDeliver"},
+		{"inbox with MissingKeyProcess", receiver.Config{Inbox: &fakeInbox{}, MissingKey: receiver.MissingKeyProcess}, "Inbox with MissingKeyProcess"},
+		{"inbox lanes above handlers", receiver.Config{Inbox: &fakeInbox{fixed: 8}, Handlers: 4}, "the inbox has 8 lanes but 4 handlers can take them"},
+		{"inbox lanes above the lane bound", receiver.Config{Inbox: &fakeInbox{fixed: 4}, Handlers: 8, LaneBound: 2}, "the inbox has 4 lanes but 2 handlers can take them"},
+		{"inbox lanes within the lane bound", receiver.Config{Inbox: &fakeInbox{fixed: 2}, Handlers: 8, LaneBound: 2}, ""},
+		{"inbox lanes above the pool", receiver.Config{Inbox: &fakeInbox{conns: 3}, Handlers: 4}, "pool allows 3 connections but the inbox has 4 lanes"},
+		{"inbox without a handler bound", receiver.Config{Inbox: &fakeInbox{fixed: 8}}, ""},
+		{"negative Completed", receiver.Config{MemoryOnly: true, Completed: -1}, "negative Completed"},
+		{"negative LaneBound", receiver.Config{MemoryOnly: true, LaneBound: -1}, "LaneBound -1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			h, err := receiver.NewWrap(tt.h, tt.opts...)
-			if !errors.Is(err, receiver.ErrConfig) || h != nil {
-				t.Fatalf("NewWrap = %v; want an ErrConfig error", err)
+			r, err := receiver.New(tt.cfg)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, receiver.ErrConfig) || r != nil {
+				t.Fatalf("New = %v, %v; want an ErrConfig error", r, err)
 			}
 			if !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("NewWrap: %q does not say %q", err, tt.want)
+				t.Fatalf("New: %q does not say %q", err, tt.want)
 			}
-			func() {
-				defer func() {
-					r := recover()
-					if s, _ := r.(string); !strings.Contains(s, tt.want) {
-						t.Fatalf("Wrap panicked with %v; want a panic saying %q", r, tt.want)
-					}
-				}()
-				receiver.Wrap(tt.h, tt.opts...)
-			}()
 		})
 	}
-	h, err := receiver.NewWrap(okHandler, receiver.WithStore(idempotency.NewMemory(idempotency.Options{}), "orders"))
-	if err != nil || h == nil {
-		t.Fatalf("NewWrap with a store: %v", err)
+	// New sizes the inbox's lanes to the handlers, at most LaneBound, and
+	// puts it after the memory tier.
+	ib := &fakeInbox{}
+	r, err := receiver.New(receiver.Config{Inbox: ib, Handlers: 6, LaneBound: 3})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := h(bg, &receiver.Message{Key: "k", Destination: "orders"}); err != nil {
+	if ib.lanes != 3 {
+		t.Errorf("inbox sized to %d lanes, want 3", ib.lanes)
+	}
+	if names := receiver.SelectorNames(r); !slices.Equal(names, []string{"memory", "inbox"}) {
+		t.Errorf("selectors %v, want memory then inbox", names)
+	}
+}
+
+// TestWrapWithStore: a handler wrapped by a Receiver over a store
+// acknowledges its first delivery.
+func TestWrapWithStore(t *testing.T) {
+	t.Parallel()
+	r, err := receiver.New(receiver.Config{Store: memStore(t, idempotency.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Wrap(okHandler)(bg, &receiver.Message{Key: "k", Destination: "orders"}); err != nil {
 		t.Fatalf("wrapped handler: %v", err)
 	}
 }

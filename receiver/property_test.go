@@ -63,6 +63,8 @@ func newWorld(t *rapid.T, withStore bool) *world {
 	if withStore {
 		w.store = newFakeStore(w.clock)
 		w.cfg.Store = w.store
+	} else {
+		w.cfg.MemoryOnly = true
 	}
 	w.boot(w.audit)
 	return w
@@ -132,7 +134,7 @@ func (w *world) process(d *delivery, md mode) (receiver.Result, bool) {
 		// duplicate acked while its original's outcome was unknown would
 		// show here as an ack of an unapplied message.
 		if w.ledger[d.key] != 1 {
-			w.problems = append(w.problems, fmt.Sprintf("%s acked (%s, %s) with ledger %d", d.key, res.Reason, res.Verdict, w.ledger[d.key]))
+			w.problems = append(w.problems, fmt.Sprintf("%s acked (%s, %s) with ledger %d", d.key, res.Reason, res.Trace, w.ledger[d.key]))
 		}
 	}
 	if ok && res.Action == receiver.DeadLetter {

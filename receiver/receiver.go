@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/admission"
 	"github.com/acemq/msgaudit/internal/nilcheck"
 	lru "github.com/hashicorp/golang-lru/v2"
 )
@@ -49,19 +50,44 @@ const (
 	MissingKeyProcess
 )
 
-// Config configures a Receiver. The zero value is usable: a table-only
-// memory tier (in-flight and completed keys, no audit, no store), drop
-// duplicates, 5 attempts.
+// Config configures a Receiver. Durability is an explicit choice: set
+// Store, Inbox or Selectors, or MemoryOnly; the zero Config is an error
+// from New.
 type Config struct {
 	// Audit is the connection audit (ConnAudit wraps *connaudit.Audit). It
 	// is owned by the Receiver, not by a connection, so it survives
 	// reconnects. nil: the memory tier tracks keys in its table only.
 	Audit Auditor
-	// Store is the optional durable tier. nil means none (the memory tier
-	// alone: nothing survives a restart); a non-nil interface holding a nil
-	// pointer (a store whose Open error went unchecked) is an error from
-	// New.
+	// Store is the durable tier: an idempotency store that remembers
+	// finished work across restarts and consumers. A crash between the
+	// handler's effect and the store's confirm leaves the claim open, and
+	// once its lease lapses the redelivery runs the handler again; for
+	// effects in a SQL database use Inbox instead. A non-nil interface
+	// holding a nil pointer (a store whose Open error went unchecked) is
+	// an error from New.
 	Store idempotency.Store
+	// Inbox is the transactional inbox (an *inbox.Inbox or a
+	// *pgxinbox.Inbox): it records each delivery's key in the handler's
+	// own database transaction, so effect and key commit together, and
+	// the handler gets that transaction through inbox.Handler
+	// (pgxinbox.Handler). It runs after the memory tier, in place of
+	// Store: setting both is an error, and so are Duplicates
+	// DuplicateDeliver and MissingKey MissingKeyProcess (both would run
+	// the handler without the transaction). New sizes the inbox's lanes
+	// (transactions open at once, each running its deliveries one after
+	// the other; on PostgreSQL, unless the inbox's Options.Lanes is set)
+	// to Handlers (at most LaneBound), and refuses more lanes than that or
+	// a database pool with fewer connections than lanes (each lane holds
+	// one). The inbox scopes its keys by its own Options.Namespace, not by
+	// Namespace.
+	Inbox Inbox
+	// MemoryOnly runs the receiver without a durable tier, on purpose:
+	// duplicates are absorbed only while this process runs (the connection
+	// audit and the in-flight table survive reconnects); after a restart,
+	// or on another consumer of the same queue, a redelivery of work
+	// already done is applied again. Setting it with Store or Inbox is an
+	// error.
+	MemoryOnly bool
 	// StoreBatch groups the store calls of concurrent deliveries
 	// (idempotency.Group) when Store is an idempotency.BatchStore: it is
 	// the largest batch (GroupOptions.MaxBatch). 0 means
@@ -76,7 +102,11 @@ type Config struct {
 	// waiting: calls that arrive while a batch is in flight form the next
 	// one. A negative value is an error from New.
 	StoreLinger time.Duration
-	// Namespace is the store namespace (see StoreOptions.Namespace).
+	// Namespace is the store namespace; "" means the message's
+	// destination (so consumers of one queue share their keys). Topic
+	// deliveries append "#" and the consumer (each subscriber's copy is
+	// its own unit of work), with '%' and '#' in the consumer written
+	// "%25" and "%23" so that two different pairs never share a namespace.
 	Namespace string
 	// Selectors are extra selectors run after the store (for example a
 	// metadata-store selector); they count as durable tiers. A nil entry,
@@ -84,9 +114,11 @@ type Config struct {
 	Selectors []Selector
 	// KeyFunc derives the key; nil means m.Key.
 	KeyFunc KeyFunc
-	// MissingKey is the policy for a delivery without a key.
+	// MissingKey is the policy for a delivery without a key (default:
+	// dead-letter with reason "missing-key").
 	MissingKey MissingKeyPolicy
-	// Duplicates is the policy for confirmed duplicates.
+	// Duplicates is the policy for confirmed duplicates (default:
+	// acknowledge and drop).
 	Duplicates DuplicatePolicy
 	// OnDuplicate is called under DuplicateHook (and, with any policy, for
 	// every confirmed duplicate when non-nil). It must not block long.
@@ -94,102 +126,103 @@ type Config struct {
 	// MaxAttempts bounds the attempts of a failing delivery before it is
 	// dead-lettered; 0 means 5.
 	MaxAttempts int
-	// Backoff gives Result.RetryAfter for an attempt that failed; nil means
-	// exponential from 100 ms, capped at 10 s, with full jitter.
-	Backoff func(attempt int) time.Duration
+	// Backoff gives Result.RetryAfter for an attempt that failed: attempt
+	// n waits Backoff.Delay(n-1). Its zero fields mean 100 ms doubling to
+	// 10 s, with full jitter.
+	Backoff Backoff
 	// InFlightWait bounds how long a duplicate waits for its in-flight
-	// original (see MemoryOptions.Wait).
+	// original before it is requeued: 0 means 10 s, a negative value means
+	// do not wait (requeue at once).
 	InFlightWait time.Duration
-	// Completed is the size of the completed-key LRU and of the failed
-	// attempt counts (see MemoryOptions.Completed).
+	// Completed is the number of completed keys the memory tier
+	// remembers (an LRU), and of failed attempt counts; 0 means 65536, a
+	// negative value is an error from New.
 	Completed int
-	// RenewEvery is the claim renewal period (see StoreOptions.RenewEvery).
+	// RenewEvery is the store claim's renewal period; 0 means half the
+	// claim's remaining lease, a negative value disables renewal.
 	RenewEvery time.Duration
 	// SettleTimeout bounds confirm/release calls, which run even when the
 	// delivery's context is cancelled; 0 means 10 s.
 	SettleTimeout time.Duration
-	// Clock is the store's clock (see StoreOptions.Clock).
+	// Clock is the clock the store keeps time with (for the renewal
+	// period) and the clock of a ConnAudit adapter's rate limit of
+	// producer-churn warnings; nil means the wall clock.
 	Clock idempotency.Clock
 	// Handlers bounds how many handlers run at once across every Process
-	// call (see Gate); 0 means no bound, a negative value is an error from
-	// New. Process may then hold more deliveries than Handlers: each waits
-	// for a slot after its selectors accepted (its claim made and renewed)
-	// and gives the slot back when its handler returns, before its confirm,
-	// so that claims and confirms of many deliveries can be grouped.
+	// call; 0 means no bound, a negative value is an error from New.
+	// Process may then hold more deliveries than Handlers: each waits for
+	// a slot after its selectors accepted (its claim made and renewed) and
+	// gives the slot back when its handler returns, before its confirm, so
+	// that claims and confirms of many deliveries can be grouped.
 	// Duplicates handed to the handler (DuplicateDeliver) and deliveries
 	// without a key run under MissingKeyProcess take a slot too.
 	Handlers int
+	// LaneBound, when positive, is the most inbox lanes the handlers can
+	// take below Handlers: a transport sets it when some deliveries may
+	// hold lanes while they wait for handlers of their own group (a STOMP
+	// subscription that holds more deliveries than its Concurrency), so
+	// that a delivery holding a lane always finds a handler. 0 means
+	// Handlers.
+	LaneBound int
 	// Metrics receives the counters; nil means a new Metrics.
 	Metrics *Metrics
-	// Logger receives structured logs; nil is silent.
+	// Logger receives structured logs (and a ConnAudit adapter's
+	// producer-churn warnings); nil is silent.
 	Logger *slog.Logger
+	// Observer, when non-nil, observes every delivery Process runs: its
+	// start, each selector's decision, the handler, the settlement and
+	// the Result (package oteltrace traces them with OpenTelemetry). A
+	// non-nil interface holding a nil pointer is an error from New.
+	Observer Observer
+	// SlowAfter, when positive, logs a delivery still inside Process (its
+	// handler running, or waiting for a handler or its settlement) after
+	// SlowAfter, once, at warn level with its key, while it is still
+	// running. Zero logs nothing: the check costs a timer per delivery.
+	// Metrics' OldestInFlight shows the same without a threshold.
+	SlowAfter time.Duration
+}
+
+// Inbox is a transactional inbox as Config.Inbox takes it: a Selector
+// whose lanes (database transactions open at once) New sizes and checks
+// against the handlers and the database pool. *inbox.Inbox and
+// *pgxinbox.Inbox implement it.
+type Inbox interface {
+	Selector
+	// SizeLanes sets the number of lanes to handlers when the inbox's
+	// options left it open, and returns the number in effect.
+	SizeLanes(handlers int) int
+	// MaxOpenConns returns the database pool's connection limit (0 =
+	// unlimited).
+	MaxOpenConns() int
 }
 
 // Receiver is the duplicate pipeline shared by every consumer: key →
-// selectors (memory, store, extra) → handler → settle → Result. It is safe
-// for concurrent use.
+// selectors (memory, store or inbox, extra) → handler → settle → Result.
+// It is safe for concurrent use.
 type Receiver struct {
 	cfg       Config
-	memory    *MemorySelector
-	store     *StoreSelector
+	memory    *memorySelector
 	selectors []Selector
 	failures  *lru.Cache[string, int]
 	metrics   *Metrics
-	gate      *Gate
+	gate      *admission.Gate
 	log       *slog.Logger
-	jitterMu  sync.Mutex
-	jitter    *rand.Rand
 }
 
-// New returns a Receiver for cfg.
+// New checks cfg and returns a Receiver for it. Every invalid
+// configuration is an error wrapping ErrConfig, returned here and never at
+// the first message.
 func New(cfg Config) (*Receiver, error) {
-	if cfg.MaxAttempts < 0 {
-		return nil, fmt.Errorf("%w: negative MaxAttempts %d", ErrConfig, cfg.MaxAttempts)
+	cfg, err := checkConfig(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = 5
-	}
-	if cfg.Duplicates > DuplicateHook {
-		return nil, fmt.Errorf("%w: unknown duplicate policy %d", ErrConfig, cfg.Duplicates)
-	}
-	if cfg.Duplicates == DuplicateHook && cfg.OnDuplicate == nil {
-		return nil, fmt.Errorf("%w: DuplicateHook without OnDuplicate", ErrConfig)
-	}
-	if cfg.MissingKey > MissingKeyProcess {
-		return nil, fmt.Errorf("%w: unknown missing-key policy %d", ErrConfig, cfg.MissingKey)
-	}
-	if cfg.Handlers < 0 {
-		return nil, fmt.Errorf("%w: negative Handlers %d", ErrConfig, cfg.Handlers)
-	}
-	if cfg.SettleTimeout <= 0 {
-		cfg.SettleTimeout = 10 * time.Second
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = new(Metrics)
-	}
-	if cfg.Audit != nil && nilcheck.IsNil(cfg.Audit) {
-		return nil, fmt.Errorf("%w: Audit is a nil %T", ErrConfig, cfg.Audit)
-	}
-	if c, ok := cfg.Audit.(*connAuditor); ok && c.a == nil {
-		return nil, fmt.Errorf("%w: Audit is ConnAudit of a nil *connaudit.Audit", ErrConfig)
-	}
-	if cfg.Store != nil && nilcheck.IsNil(cfg.Store) {
-		return nil, fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?); leave Store unset for no durable store", ErrConfig, cfg.Store)
-	}
-	if cfg.StoreBatch < 0 || cfg.StoreLinger < 0 {
-		return nil, fmt.Errorf("%w: negative StoreBatch %d or StoreLinger %v", ErrConfig, cfg.StoreBatch, cfg.StoreLinger)
-	}
-	for i, s := range cfg.Selectors {
-		if nilcheck.IsNil(s) {
-			return nil, fmt.Errorf("%w: selector %d is nil (%T; was an error from building it ignored?)", ErrConfig, i, s)
-		}
-	}
-	// The audit reports churn through the receiver's logger and its
-	// counters through the receiver's Metrics.
-	bindAuditor(cfg.Audit, cfg.Logger, cfg.Metrics)
-	r := &Receiver{cfg: cfg, metrics: cfg.Metrics, gate: NewGate(cfg.Handlers), log: orDiscard(cfg.Logger),
-		jitter: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15))}
-	mem, err := NewMemorySelector(MemoryOptions{Audit: cfg.Audit, Durable: cfg.Store != nil || len(cfg.Selectors) > 0,
+	// The audit reports churn through the receiver's logger and clock, and
+	// its counters through the receiver's Metrics.
+	bindAuditor(cfg.Audit, cfg.Logger, cfg.Clock, cfg.Metrics)
+	r := &Receiver{cfg: cfg, metrics: cfg.Metrics, gate: admission.New(cfg.Handlers), log: orDiscard(cfg.Logger)}
+	durable := cfg.Store != nil || cfg.Inbox != nil || len(cfg.Selectors) > 0
+	mem, err := newMemorySelector(memoryOptions{Audit: cfg.Audit, Durable: durable,
 		Wait: cfg.InFlightWait, Completed: cfg.Completed, Metrics: cfg.Metrics, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -197,18 +230,24 @@ func New(cfg Config) (*Receiver, error) {
 	r.memory = mem
 	r.selectors = append(r.selectors, mem)
 	if cfg.Store != nil {
-		st, err := NewStoreSelector(groupStore(cfg), StoreOptions{Namespace: cfg.Namespace, RenewEvery: cfg.RenewEvery,
+		gs, err := groupStore(cfg)
+		if err != nil {
+			return nil, err
+		}
+		st, err := newStoreSelector(gs, storeOptions{Namespace: cfg.Namespace, RenewEvery: cfg.RenewEvery,
 			Clock: cfg.Clock, Metrics: cfg.Metrics, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
-		r.store = st
 		r.selectors = append(r.selectors, st)
+	}
+	if cfg.Inbox != nil {
+		r.selectors = append(r.selectors, cfg.Inbox)
 	}
 	r.selectors = append(r.selectors, cfg.Selectors...)
 	size := cfg.Completed
 	if size == 0 {
-		size = DefaultCompleted
+		size = defaultCompleted
 	}
 	if r.failures, err = lru.New[string, int](size); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
@@ -216,27 +255,130 @@ func New(cfg Config) (*Receiver, error) {
 	return r, nil
 }
 
+// checkConfig refuses an invalid cfg and fills in its defaults.
+func checkConfig(cfg Config) (Config, error) {
+	if cfg.MaxAttempts < 0 {
+		return cfg, fmt.Errorf("%w: negative MaxAttempts %d", ErrConfig, cfg.MaxAttempts)
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 5
+	}
+	if cfg.Duplicates > DuplicateHook {
+		return cfg, fmt.Errorf("%w: unknown duplicate policy %d", ErrConfig, cfg.Duplicates)
+	}
+	if cfg.Duplicates == DuplicateHook && cfg.OnDuplicate == nil {
+		return cfg, fmt.Errorf("%w: DuplicateHook without OnDuplicate", ErrConfig)
+	}
+	if cfg.MissingKey > MissingKeyProcess {
+		return cfg, fmt.Errorf("%w: unknown missing-key policy %d", ErrConfig, cfg.MissingKey)
+	}
+	if cfg.Handlers < 0 || cfg.LaneBound < 0 {
+		return cfg, fmt.Errorf("%w: negative Handlers %d or LaneBound %d", ErrConfig, cfg.Handlers, cfg.LaneBound)
+	}
+	if cfg.Completed < 0 {
+		return cfg, fmt.Errorf("%w: negative Completed %d", ErrConfig, cfg.Completed)
+	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = 10 * time.Second
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = new(Metrics)
+	}
+	cfg.Backoff = cfg.Backoff.withDefaults(100*time.Millisecond, 10*time.Second, 1)
+	if cfg.Audit != nil && nilcheck.IsNil(cfg.Audit) {
+		return cfg, fmt.Errorf("%w: Audit is a nil %T", ErrConfig, cfg.Audit)
+	}
+	if c, ok := cfg.Audit.(*connAuditor); ok && c.a == nil {
+		return cfg, fmt.Errorf("%w: Audit is ConnAudit of a nil *connaudit.Audit", ErrConfig)
+	}
+	if cfg.SlowAfter < 0 {
+		return cfg, fmt.Errorf("%w: negative SlowAfter %v", ErrConfig, cfg.SlowAfter)
+	}
+	if cfg.StoreBatch < 0 || cfg.StoreLinger < 0 {
+		return cfg, fmt.Errorf("%w: negative StoreBatch %d or StoreLinger %v", ErrConfig, cfg.StoreBatch, cfg.StoreLinger)
+	}
+	if cfg.Observer != nil && nilcheck.IsNil(cfg.Observer) {
+		return cfg, fmt.Errorf("%w: Observer is a nil %T", ErrConfig, cfg.Observer)
+	}
+	for i, s := range cfg.Selectors {
+		if nilcheck.IsNil(s) {
+			return cfg, fmt.Errorf("%w: selector %d is nil (%T; was an error from building it ignored?)", ErrConfig, i, s)
+		}
+	}
+	if err := checkDurability(cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.Inbox != nil {
+		if err := checkInbox(cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// checkDurability makes durability an explicit choice: a usable store, an
+// inbox or selectors, or MemoryOnly.
+func checkDurability(cfg Config) error {
+	switch {
+	case cfg.Store != nil && nilcheck.IsNil(cfg.Store):
+		return fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?); leave Store unset for no durable store", ErrConfig, cfg.Store)
+	case cfg.Inbox != nil && nilcheck.IsNil(cfg.Inbox):
+		return fmt.Errorf("%w: Inbox is a nil %T (was an error from opening it ignored?)", ErrConfig, cfg.Inbox)
+	case cfg.Store != nil && cfg.Inbox != nil:
+		return fmt.Errorf("%w: Inbox and Store both set: the inbox records keys in the handler's transaction, while a store claims and confirms outside it, and a crash between effect and confirm would leave the store's claim open; use one", ErrConfig)
+	case cfg.MemoryOnly && (cfg.Store != nil || cfg.Inbox != nil):
+		return fmt.Errorf("%w: MemoryOnly set together with a Store or an Inbox; use one", ErrConfig)
+	case !cfg.MemoryOnly && cfg.Store == nil && cfg.Inbox == nil && len(cfg.Selectors) == 0:
+		return fmt.Errorf("%w: no Store, Inbox or Selectors: set Inbox to a transactional inbox (package inbox) so that a message whose effect is in a database is never applied twice, Store to an idempotency store (idempotency.Open) to recognise finished work across restarts and consumers, or MemoryOnly: true to detect duplicates within this process only", ErrConfig)
+	}
+	return nil
+}
+
+// checkInbox refuses configurations that would defeat the transactional
+// inbox, sizes its lanes to the handlers (at most LaneBound) when its
+// options left them open, and refuses more lanes than that (a delivery
+// holding a lane, and with it the uncommitted work of its batch, could
+// wait for a handler slot held by a handler waiting for that work's
+// locks) or than the pool's connections (each lane holds one).
+func checkInbox(cfg Config) error {
+	switch {
+	case cfg.Duplicates == DuplicateDeliver:
+		return fmt.Errorf("%w: Inbox with DuplicateDeliver: a duplicate would reach the handler without the inbox's transaction; use another duplicate policy", ErrConfig)
+	case cfg.MissingKey == MissingKeyProcess:
+		return fmt.Errorf("%w: Inbox with MissingKeyProcess: a delivery without a key would reach the handler without the inbox's transaction; dead-letter it instead", ErrConfig)
+	}
+	limit := cfg.Handlers
+	if cfg.LaneBound > 0 && (limit == 0 || cfg.LaneBound < limit) {
+		limit = cfg.LaneBound
+	}
+	lanes := cfg.Inbox.SizeLanes(limit)
+	if limit > 0 && lanes > limit {
+		return fmt.Errorf("%w: the inbox has %d lanes but %d handlers can take them (Handlers; a STOMP subscription's Concurrency bounds its own); a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most %d", ErrConfig, lanes, limit, limit)
+	}
+	if n := cfg.Inbox.MaxOpenConns(); n > 0 && n < lanes {
+		return fmt.Errorf("%w: the inbox's database pool allows %d connections but the inbox has %d lanes, and each holds a connection for its open transaction; raise the pool's limit or lower the handlers (or the inbox's Options.Lanes)", ErrConfig, n, lanes)
+	}
+	return nil
+}
+
 // groupStore returns cfg.Store wrapped in idempotency.Group as
 // cfg.StoreBatch and cfg.StoreLinger say. The Group is never closed: it
 // holds no goroutine while idle, and closing is the store owner's call on
-// cfg.Store.
-func groupStore(cfg Config) idempotency.Store {
+// cfg.Store. Options Group refuses are an error wrapping ErrConfig.
+func groupStore(cfg Config) (idempotency.Store, error) {
 	if _, ok := cfg.Store.(*idempotency.Memory); ok && cfg.StoreBatch == 0 {
-		return cfg.Store
+		return cfg.Store, nil
 	}
-	return idempotency.Group(cfg.Store, idempotency.GroupOptions{MaxBatch: cfg.StoreBatch, Linger: cfg.StoreLinger,
+	s, err := idempotency.Group(cfg.Store, idempotency.GroupOptions{MaxBatch: cfg.StoreBatch, Linger: cfg.StoreLinger,
 		Timeout: cfg.SettleTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return s, nil
 }
 
 // Metrics returns the receiver's counters.
 func (r *Receiver) Metrics() *Metrics { return r.metrics }
-
-// Memory returns the receiver's memory selector (its in-flight/outcome
-// table), for inspection.
-func (r *Receiver) Memory() *MemorySelector { return r.memory }
-
-// Selectors returns the selector chain in the order Process runs it.
-func (r *Receiver) Selectors() []Selector { return append([]Selector(nil), r.selectors...) }
 
 // Forget rolls back the audit bit of a delivery that will come back without
 // having run (a prefetched delivery lost with its connection), unless the
@@ -266,10 +408,10 @@ func (r *Receiver) Forget(m *Message) bool {
 //     audit; store: try-claim; extra selectors). Reject → duplicate policy
 //     (no later selector asked: two-tier); Defer → Requeue, never Ack.
 //  3. Handler, its panics recovered, once a slot of the Handlers gate (and
-//     of a gate WithAdmission set on ctx) is free; store claims renewed
+//     of a transport's gate on ctx) is free; store claims renewed
 //     from the claim to the settle, other selectors' leases while it waits
 //     for the slot and runs. A delivery abandoned before its handler
-//     started (see WithAdmission) settles Abandoned and returns Requeue
+//     started (its context ended, or the transport abandoned it) settles Abandoned and returns Requeue
 //     with Ran false.
 //  4. Success → settle Completed from the last selector to the first (the
 //     store confirms before memory records the key as done) → Ack. A failed
@@ -277,8 +419,39 @@ func (r *Receiver) Forget(m *Message) bool {
 //     Failure → settle Failed (roll back the audit bit, release the claim)
 //     → Requeue while the attempt is below MaxAttempts, else DeadLetter.
 //
+// Config.Observer, when set, sees each of these steps.
+//
 // The transport acknowledges only on Ack, after Process returns.
 func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
+	now := time.Now()
+	if r.metrics != nil {
+		defer r.metrics.inflight.end(r.metrics.inflight.begin(now))
+	}
+	if r.cfg.SlowAfter > 0 {
+		dest, key := m.Destination, m.Key // process changes m as it goes
+		defer time.AfterFunc(r.cfg.SlowAfter, func() { r.logSlow(dest, key, now) }).Stop()
+	}
+	if r.cfg.Observer == nil {
+		return r.process(ctx, m, h, nil)
+	}
+	ctx, obs := r.cfg.Observer.Start(ctx, m)
+	res := r.process(ctx, m, h, obs)
+	if obs != nil {
+		obs.End(res)
+	}
+	return res
+}
+
+// logSlow logs, once, a delivery to dest with the transport's key (its
+// Message.Key) that entered Process at start and is still there after
+// Config.SlowAfter.
+func (r *Receiver) logSlow(dest, key string, start time.Time) {
+	r.log.Warn("receiver: delivery still in progress", "destination", dest, "key", logKey(key),
+		"running", time.Since(start).Round(time.Millisecond), "slow_after", r.cfg.SlowAfter)
+}
+
+// process is Process, reporting to obs when it is not nil.
+func (r *Receiver) process(ctx context.Context, m *Message, h Handler, obs Observation) Result {
 	r.metrics.inc(&r.metrics.Delivered)
 	if m.Redelivered {
 		r.metrics.inc(&r.metrics.Redelivered)
@@ -288,7 +461,7 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 		key, err = r.cfg.KeyFunc(m)
 	}
 	if key == "" || err != nil {
-		return r.missingKey(ctx, m, h, err)
+		return r.missingKey(ctx, m, h, err, obs)
 	}
 	m.key = key
 	fk := tableKey(m)
@@ -303,39 +476,42 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 	res := Result{Attempt: attempt}
 
 	accepted := make([]Decision, 0, len(r.selectors))
-	var verdict strings.Builder
-	verdict.Grow(48)
+	var trace strings.Builder
+	trace.Grow(48)
 	for _, s := range r.selectors {
 		d, err := s.Select(ctx, m)
-		if verdict.Len() > 0 {
-			verdict.WriteByte(' ')
+		if obs != nil {
+			obs.Selected(s.Name(), d, err)
 		}
-		verdict.WriteString(s.Name())
-		verdict.WriteByte(':')
+		if trace.Len() > 0 {
+			trace.WriteByte(' ')
+		}
+		trace.WriteString(s.Name())
+		trace.WriteByte(':')
 		if err != nil {
-			verdict.WriteString("error")
-			res.Verdict = verdict.String()
-			r.settle(ctx, accepted, Abandoned)
+			trace.WriteString("error")
+			res.Trace = trace.String()
+			r.settle(ctx, accepted, Abandoned, obs)
 			res.Err = err
 			if errors.Is(err, ErrBadKey) {
 				return r.deadLetter(m, res, "malformed-key")
 			}
 			return r.requeue(m, res, s.Name()+"-error")
 		}
-		verdict.WriteString(d.Detail)
+		trace.WriteString(d.Detail)
 		switch d.Verdict {
 		case Accept:
 			accepted = append(accepted, d)
 			continue
 		case Reject:
-			res.Verdict = verdict.String()
-			if err := r.settle(ctx, accepted, Completed); err != nil {
-				r.log.Warn("receiver: recording a duplicate as completed failed", "key", LogKey(key), "err", err)
+			res.Trace = trace.String()
+			if err := r.settle(ctx, accepted, Completed, obs); err != nil {
+				r.log.Warn("receiver: recording a duplicate as completed failed", "key", logKey(key), "err", err)
 			}
-			return r.duplicate(ctx, m, h, res, d.Reason)
+			return r.duplicate(ctx, m, h, res, d.Reason, obs)
 		default: // Defer, or an invalid verdict (treated as Defer: never ack the unknown)
-			res.Verdict = verdict.String()
-			r.settle(ctx, accepted, Abandoned)
+			res.Trace = trace.String()
+			r.settle(ctx, accepted, Abandoned, obs)
 			res.Duplicate = d.Reason == "in-flight"
 			if res.Duplicate {
 				r.metrics.duplicate("in-flight")
@@ -347,19 +523,19 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 			return r.requeue(m, res, reason)
 		}
 	}
-	res.Verdict = verdict.String()
+	res.Trace = trace.String()
 
-	started, herr := r.run(ctx, m, h, accepted)
+	started, herr := r.run(ctx, m, h, accepted, obs)
 	if !started {
-		r.settle(ctx, accepted, Abandoned)
+		r.settle(ctx, accepted, Abandoned, obs)
 		return abandoned(res, herr)
 	}
 	res.Ran = true
 	if herr == nil {
-		if err := r.settle(ctx, accepted, Completed); err != nil {
+		if err := r.settle(ctx, accepted, Completed, obs); err != nil {
 			r.metrics.inc(&r.metrics.SettleErrors)
 			res.Err = err
-			r.log.Warn("receiver: confirm failed, delivery requeued", "key", LogKey(key), "err", err)
+			r.log.Warn("receiver: confirm failed, delivery requeued", "key", logKey(key), "err", err)
 			return r.requeue(m, res, "confirm-error")
 		}
 		r.failures.Remove(fk)
@@ -367,7 +543,7 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 		res.Action = Ack
 		return res
 	}
-	r.settle(ctx, accepted, Failed)
+	r.settle(ctx, accepted, Failed, obs)
 	return r.failed(m, res, herr, fk)
 }
 
@@ -397,7 +573,7 @@ func (r *Receiver) failed(m *Message, res Result, herr error, fk string) Result 
 		r.failures.Add(fk, res.Attempt)
 	}
 	if r.log.Enabled(context.Background(), slog.LevelInfo) {
-		r.log.Info("receiver: handler failed, delivery requeued", "key", LogKey(m.IdempotencyKey()),
+		r.log.Info("receiver: handler failed, delivery requeued", "key", logKey(m.IdempotencyKey()),
 			"attempt", res.Attempt, "err", herr)
 	}
 	return r.requeue(m, res, reason)
@@ -413,30 +589,38 @@ func (r *Receiver) requeue(m *Message, res Result, reason string) Result {
 func (r *Receiver) deadLetter(m *Message, res Result, reason string) Result {
 	res.Action, res.Reason = DeadLetter, reason
 	r.metrics.inc(&r.metrics.DeadLettered)
-	r.log.Warn("receiver: delivery dead-lettered", "destination", m.Destination, "key", LogKey(m.IdempotencyKey()),
+	r.log.Warn("receiver: delivery dead-lettered", "destination", m.Destination, "key", logKey(m.IdempotencyKey()),
 		"reason", reason, "attempt", res.Attempt, "err", res.Err)
 	return res
 }
 
 func (r *Receiver) backoff(attempt int) time.Duration {
-	if r.cfg.Backoff != nil {
-		return r.cfg.Backoff(attempt)
-	}
-	d := 100 * time.Millisecond
-	for i := 1; i < attempt && d < 10*time.Second; i++ {
-		d *= 2
-	}
-	d = min(d, 10*time.Second)
-	r.jitterMu.Lock()
-	j := time.Duration(r.jitter.Int64N(int64(d)) + 1)
-	r.jitterMu.Unlock()
-	return j
+	return r.cfg.Backoff.Delay(attempt - 1)
 }
 
 // settle settles decisions in reverse order (durable tiers first). On a
 // failed Completed settlement it settles that decision and every earlier
-// one Failed and returns the error.
-func (r *Receiver) settle(ctx context.Context, ds []Decision, st Settlement) error {
+// one Failed and returns the error. obs, when not nil, sees a settlement
+// that has something to settle, and its first error.
+func (r *Receiver) settle(ctx context.Context, ds []Decision, st Settlement, obs Observation) (err error) {
+	if obs != nil && slices.ContainsFunc(ds, func(d Decision) bool { return d.Settle != nil }) {
+		var done func(error)
+		ctx, done = obs.Settle(ctx, st)
+		var first error
+		defer func() {
+			if err != nil {
+				first = err
+			}
+			done(first)
+		}()
+		return r.settleAll(ctx, ds, st, &first)
+	}
+	return r.settleAll(ctx, ds, st, nil)
+}
+
+// settleAll is settle; a failed Failed or Abandoned settlement, logged and
+// passed over, is stored in *first when first is not nil and holds none yet.
+func (r *Receiver) settleAll(ctx context.Context, ds []Decision, st Settlement, first *error) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.SettleTimeout)
 	defer cancel()
 	for i := len(ds) - 1; i >= 0; i-- {
@@ -449,6 +633,9 @@ func (r *Receiver) settle(ctx context.Context, ds []Decision, st Settlement) err
 		}
 		if st != Completed {
 			r.log.Warn("receiver: settlement failed", "settlement", st.String(), "err", err)
+			if first != nil && *first == nil {
+				*first = err
+			}
 			continue
 		}
 		for j := i; j >= 0; j-- {
@@ -468,7 +655,7 @@ func (r *Receiver) settle(ctx context.Context, ds []Decision, st Settlement) err
 // and runs. A renewal that finds the claim lost cancels the handler's
 // context with idempotency.ErrClaimLost as the cause. started is false
 // (and err wraps ErrAbandoned) when h never ran.
-func (r *Receiver) run(ctx context.Context, m *Message, h Handler, ds []Decision) (started bool, err error) {
+func (r *Receiver) run(ctx context.Context, m *Message, h Handler, ds []Decision, obs Observation) (started bool, err error) {
 	var renewals []Decision
 	for _, d := range ds {
 		if d.Context != nil {
@@ -479,7 +666,7 @@ func (r *Receiver) run(ctx context.Context, m *Message, h Handler, ds []Decision
 		}
 	}
 	if len(renewals) == 0 {
-		return r.gated(ctx, m, h)
+		return r.gated(ctx, m, h, obs)
 	}
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -489,20 +676,27 @@ func (r *Receiver) run(ctx context.Context, m *Message, h Handler, ds []Decision
 		wg.Add(1)
 		go r.renew(hctx, d, stop, &wg, cancel)
 	}
-	started, err = r.gated(hctx, m, h)
+	started, err = r.gated(hctx, m, h, obs)
 	close(stop)
 	wg.Wait()
 	return started, err
 }
 
 // gated calls h once admitted by the gates, and gives the slots back when
-// it returns; started is false when it was abandoned instead.
-func (r *Receiver) gated(ctx context.Context, m *Message, h Handler) (started bool, err error) {
+// it returns; started is false when it was abandoned instead. obs, when
+// not nil, sees the handler run.
+func (r *Receiver) gated(ctx context.Context, m *Message, h Handler, obs Observation) (started bool, err error) {
 	g, err := r.admit(ctx)
 	if err != nil {
 		return false, err
 	}
-	err = call(ctx, m, h)
+	if obs == nil {
+		err = call(ctx, m, h)
+	} else {
+		hctx, done := obs.Handle(ctx)
+		err = call(hctx, m, h)
+		done(err)
+	}
 	r.leave(g)
 	return true, err
 }
@@ -541,12 +735,12 @@ func call(ctx context.Context, m *Message, h Handler) (err error) {
 }
 
 // duplicate applies the duplicate policy to a confirmed duplicate.
-func (r *Receiver) duplicate(ctx context.Context, m *Message, h Handler, res Result, reason string) Result {
+func (r *Receiver) duplicate(ctx context.Context, m *Message, h Handler, res Result, reason string, obs Observation) Result {
 	res.Duplicate = true
 	res.Reason = reason
 	r.metrics.duplicate(reason)
 	if r.log.Enabled(ctx, slog.LevelWarn) { // the guard spares the argument boxing when logs are off
-		r.log.Warn("receiver: duplicate delivery absorbed", "destination", m.Destination, "key", LogKey(m.IdempotencyKey()),
+		r.log.Warn("receiver: duplicate delivery absorbed", "destination", m.Destination, "key", logKey(m.IdempotencyKey()),
 			"reason", reason, "redelivered", m.Redelivered)
 	}
 	if r.cfg.OnDuplicate != nil {
@@ -561,9 +755,9 @@ func (r *Receiver) duplicate(ctx context.Context, m *Message, h Handler, res Res
 		for k, v := range m.Headers {
 			hd[k] = v
 		}
-		hd[HeaderDuplicate] = "true"
+		hd[headerDuplicate] = "true"
 		m.Headers = hd
-		started, err := r.gated(ctx, m, h)
+		started, err := r.gated(ctx, m, h, obs)
 		if !started {
 			return abandoned(res, err)
 		}
@@ -586,9 +780,9 @@ func (r *Receiver) hook(ctx context.Context, m *Message, reason string) {
 }
 
 // missingKey applies the missing-key policy.
-func (r *Receiver) missingKey(ctx context.Context, m *Message, h Handler, kerr error) Result {
+func (r *Receiver) missingKey(ctx context.Context, m *Message, h Handler, kerr error, obs Observation) Result {
 	r.metrics.inc(&r.metrics.MissingKeys)
-	res := Result{Attempt: max(m.Attempt, 1), Verdict: "key:missing"}
+	res := Result{Attempt: max(m.Attempt, 1), Trace: "key:missing"}
 	if kerr != nil {
 		res.Err = fmt.Errorf("%w: %w", ErrNoKey, kerr)
 	} else {
@@ -599,7 +793,7 @@ func (r *Receiver) missingKey(ctx context.Context, m *Message, h Handler, kerr e
 	}
 	r.log.Warn("receiver: delivery without a key processed without duplicate detection",
 		"destination", m.Destination)
-	started, err := r.gated(ctx, m, h)
+	started, err := r.gated(ctx, m, h, obs)
 	if !started {
 		return abandoned(res, err)
 	}

@@ -37,6 +37,9 @@ func newRig(t *testing.T, withStore bool, mod func(*receiver.Config)) *rig {
 	if mod != nil {
 		mod(&g.cfg)
 	}
+	if g.cfg.Store == nil && g.cfg.Inbox == nil && len(g.cfg.Selectors) == 0 {
+		g.cfg.MemoryOnly = true
+	}
 	r, err := receiver.New(g.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +276,7 @@ func TestPipelinePaths(t *testing.T) {
 			if tc.verify != nil {
 				tc.verify(t, g)
 			}
-			if n := g.r.Memory().InFlightCount(); n != 0 {
+			if n := receiver.InFlightCount(g.r); n != 0 {
 				t.Errorf("%d entries left in flight", n)
 			}
 		})
@@ -304,7 +307,7 @@ func TestDuplicatePolicies(t *testing.T) {
 		{name: "deliver marked", mod: func(c *receiver.Config) { c.Duplicates = receiver.DuplicateDeliver },
 			action: receiver.Ack, reason: "audit", ran: true,
 			check: func(t *testing.T, m *receiver.Message) {
-				if !m.Duplicate || m.Header(receiver.HeaderDuplicate) != "true" {
+				if !m.Duplicate || m.Header("duplicate") != "true" {
 					t.Errorf("not marked: %+v", m)
 				}
 			}},
@@ -519,11 +522,11 @@ func TestSelectorChain(t *testing.T) {
 		x := &chainSelector{verdict: receiver.Reject}
 		g := newRig(t, true, func(c *receiver.Config) { c.Selectors = []receiver.Selector{x} })
 		res := g.r.Process(bg, msg("ID:p:1"), okHandler)
-		if res.Action != receiver.Ack || !res.Duplicate || res.Reason != "metadata" || res.Verdict != "memory:new store:claimed extra:reject" {
+		if res.Action != receiver.Ack || !res.Duplicate || res.Reason != "metadata" || res.Trace != "memory:new store:claimed extra:reject" {
 			t.Fatalf("%+v", res)
 		}
-		if g.store.state(k) != "confirmed" || g.r.Memory().State(msg("ID:p:1")) != receiver.Done {
-			t.Fatalf("store %s, memory %v", g.store.state(k), g.r.Memory().State(msg("ID:p:1")))
+		if g.store.state(k) != "confirmed" || receiver.KeyState(g.r, msg("ID:p:1")) != "done" {
+			t.Fatalf("store %s, memory %v", g.store.state(k), receiver.KeyState(g.r, msg("ID:p:1")))
 		}
 		if g.r.Metrics().Snapshot().DuplicatesOther != 1 {
 			t.Fatal("not counted as other")
@@ -588,30 +591,28 @@ func TestForget(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	for name, cfg := range map[string]receiver.Config{
-		"negative attempts":   {MaxAttempts: -1},
-		"hook without func":   {Duplicates: receiver.DuplicateHook},
-		"unknown policy":      {Duplicates: 9},
-		"unknown missing key": {MissingKey: 9},
+		"negative attempts":   {MaxAttempts: -1, MemoryOnly: true},
+		"hook without func":   {Duplicates: receiver.DuplicateHook, MemoryOnly: true},
+		"unknown policy":      {Duplicates: 9, MemoryOnly: true},
+		"unknown missing key": {MissingKey: 9, MemoryOnly: true},
 		"nil selector":        {Selectors: []receiver.Selector{nil}},
-		"negative completed":  {Completed: -1},
+		"negative completed":  {Completed: -1, MemoryOnly: true},
 	} {
 		if _, err := receiver.New(cfg); !errors.Is(err, receiver.ErrConfig) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	defer func() {
-		if recover() == nil {
-			t.Error("Wrap with a bad config did not panic")
-		}
-	}()
-	receiver.Wrap(okHandler, receiver.WithMaxAttempts(-1))
 }
 
 func TestWrapErrors(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
-	h := receiver.Wrap(failing(boom), receiver.WithAudit(newFakeAudit()), receiver.WithMaxAttempts(2))
-	err := h(bg, msg("ID:p:1"))
+	r, err := receiver.New(receiver.Config{Audit: newFakeAudit(), MaxAttempts: 2, MemoryOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := r.Wrap(failing(boom))
+	err = h(bg, msg("ID:p:1"))
 	if !errors.Is(err, receiver.ErrRequeue) || !errors.Is(err, boom) || receiver.ActionOf(err) != receiver.Requeue {
 		t.Fatalf("first: %v", err)
 	}
@@ -625,12 +626,6 @@ func TestWrapErrors(t *testing.T) {
 	}
 	if receiver.ActionOf(errors.New("plain")) != receiver.Requeue || receiver.ActionOf(nil) != receiver.Ack {
 		t.Fatal("ActionOf on plain errors")
-	}
-	hd := receiver.DeadLetterHeaders(&receiver.Message{Key: "ID:p:1", Headers: map[string]string{"a": "b"}},
-		receiver.Result{Reason: "max-attempts", Attempt: 2})
-	if hd["a"] != "b" || hd[receiver.HeaderDeadLetterReason] != "max-attempts" || hd[receiver.HeaderAttempts] != "2" ||
-		hd[receiver.HeaderOriginalKey] != "ID:p:1" {
-		t.Fatalf("headers %v", hd)
 	}
 }
 

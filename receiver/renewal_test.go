@@ -138,7 +138,7 @@ func TestRenewalClaimLostWhileWaiting(t *testing.T) {
 func TestRenewalDefaultPeriod(t *testing.T) {
 	t.Parallel()
 	const ttl = 2 * time.Second
-	mem := idempotency.NewMemory(idempotency.Options{ClaimTTL: ttl})
+	mem := memStore(t, idempotency.Options{ClaimTTL: ttl})
 	defer mem.Close()
 	gate := newGateSelector()
 	r, err := receiver.New(receiver.Config{Store: mem, Selectors: []receiver.Selector{gate}})

@@ -41,7 +41,7 @@ import (
 // undoes the recorded state on Failed and Abandoned and keeps it on
 // Completed. Reasons are short and stable: they label metrics and logs.
 type Selector interface {
-	// Name identifies the selector in Result.Verdict and logs ("memory",
+	// Name identifies the selector in Result.Trace and logs ("memory",
 	// "store", "metadata").
 	Name() string
 	// Select decides about m.
@@ -111,7 +111,7 @@ type Decision struct {
 	// For Reject it names the tier that knew ("audit", "store",
 	// "in-flight" when the original was in flight and then completed).
 	Reason string
-	// Detail describes the selector's view for Result.Verdict, e.g. "new",
+	// Detail describes the selector's view for Result.Trace, e.g. "new",
 	// "claimed", "too-old".
 	Detail string
 	// Settle, when non-nil on Accept, is called exactly once with how the

@@ -331,7 +331,7 @@ func (s *MetadataSelector) undo(ctx context.Context, key, value, prev string, re
 	default:
 		s.stats.undoSuperseded.Add(1)
 		s.log.Warn("receiver: metadata store cannot remove a key; the failed delivery's value stays",
-			"key", LogKey(key), "value", LogKey(value))
+			"key", logKey(key), "value", logKey(value))
 		return nil
 	}
 	if err != nil {
@@ -342,7 +342,7 @@ func (s *MetadataSelector) undo(ctx context.Context, key, value, prev string, re
 	} else {
 		s.stats.undoSuperseded.Add(1)
 		s.log.Warn("receiver: metadata value moved on before a failed delivery's undo; left as is",
-			"key", LogKey(key), "value", LogKey(value))
+			"key", logKey(key), "value", logKey(value))
 	}
 	return nil
 }

@@ -21,10 +21,14 @@ func ExampleMetadataSelector_compareValues() {
 		Value:   receiver.IntHeader("line"),
 		Compare: receiver.IntGreater, // accept when new > old
 	})
-	handle := receiver.Wrap(func(ctx context.Context, m *receiver.Message) error {
+	r, err := receiver.New(receiver.Config{Selectors: []receiver.Selector{sel}})
+	if err != nil {
+		panic(err)
+	}
+	handle := r.Wrap(func(ctx context.Context, m *receiver.Message) error {
 		fmt.Println("processing", m.Header("file"), "line", m.Header("line"))
 		return nil
-	}, receiver.WithSelectors(sel))
+	})
 
 	for i, line := range []string{"1", "2", "2", "1", "3"} {
 		m := &receiver.Message{Key: fmt.Sprint("ID:tail:", i), Destination: "/queue/lines",

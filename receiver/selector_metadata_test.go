@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
 	"github.com/acemq/msgaudit/metadata"
 	"github.com/acemq/msgaudit/metadata/pgmeta"
 	"github.com/acemq/msgaudit/metadata/redismeta"
@@ -105,7 +105,7 @@ func TestMetadataCompareValues(t *testing.T) {
 		{"sqlite", func(t *testing.T) (metadata.StoreCloser, func(metadata.StoreCloser) metadata.StoreCloser) {
 			path := filepath.Join(t.TempDir(), "lines.db")
 			open := func() metadata.StoreCloser {
-				s, err := sqlitemeta.Open(context.Background(), path)
+				s, err := sqlitemeta.Open(context.Background(), path, sqlitemeta.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -198,8 +198,8 @@ func TestMetadataRejectionPolicies(t *testing.T) {
 			if res.Action != tc.action || res.Reason != tc.reason || !res.Duplicate || res.Ran != tc.ran {
 				t.Fatalf("rejected line: %+v", res)
 			}
-			if !strings.HasSuffix(res.Verdict, " metadata:not-newer") {
-				t.Errorf("verdict %q", res.Verdict)
+			if !strings.HasSuffix(res.Trace, " metadata:not-newer") {
+				t.Errorf("verdict %q", res.Trace)
 			}
 			wantCalls := 1
 			if tc.ran {
@@ -208,7 +208,7 @@ func TestMetadataRejectionPolicies(t *testing.T) {
 			if len(calls) != wantCalls || calls[0] {
 				t.Fatalf("handler calls %v; want %d, first unmarked", calls, wantCalls)
 			}
-			if tc.marked && (!calls[1] || m.Header(receiver.HeaderDuplicate) != "true") {
+			if tc.marked && (!calls[1] || m.Header("duplicate") != "true") {
 				t.Errorf("duplicate not marked: %+v", m)
 			}
 			if tc.hook {
@@ -263,8 +263,8 @@ func TestMetadataPutIfAbsent(t *testing.T) {
 		if res.Action != receiver.Ack || res.Duplicate == tc.accept {
 			t.Fatalf("step %d: %+v; want accept=%v", i, res, tc.accept)
 		}
-		if !tc.accept && !strings.HasSuffix(res.Verdict, " metadata:exists") {
-			t.Errorf("step %d verdict %q", i, res.Verdict)
+		if !tc.accept && !strings.HasSuffix(res.Trace, " metadata:exists") {
+			t.Errorf("step %d verdict %q", i, res.Trace)
 		}
 		if got := mdValue(t, s, tc.file); got != tc.value {
 			t.Fatalf("step %d: stored %s; want %s", i, got, tc.value)
@@ -485,7 +485,7 @@ func TestMetadataRace(t *testing.T) {
 	stores := map[string]func(t *testing.T) metadata.Store{
 		"memory": func(t *testing.T) metadata.Store { return metadata.NewMemory() },
 		"sqlite": func(t *testing.T) metadata.Store {
-			s, err := sqlitemeta.Open(bg, filepath.Join(t.TempDir(), "race.db"))
+			s, err := sqlitemeta.Open(bg, filepath.Join(t.TempDir(), "race.db"), sqlitemeta.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/keyjoin"
 	"github.com/acemq/msgaudit/internal/nilcheck"
 )
 
-// StoreSelector is the durable tier: an idempotency.Store that remembers
+// storeSelector is the durable tier: an idempotency.Store that remembers
 // finished work across restarts and consumer machines. TryClaim on
 // Key{Namespace, key}:
 //
@@ -21,7 +22,7 @@ import (
 //     it on Failed or Abandoned. From the claim until its Settle — while
 //     the delivery waits for a handler, while the handler runs, until the
 //     confirm — the claim's lease is renewed at half its remaining time
-//     (StoreOptions.RenewEvery). One goroutine per selector renews every
+//     (storeOptions.RenewEvery). One goroutine per selector renews every
 //     held claim; it runs only while claims are held. A renewal that finds
 //     the claim lost cancels the delivery's handler context with
 //     idempotency.ErrClaimLost as its cause.
@@ -31,7 +32,7 @@ import (
 //   - an error: returned (the receiver requeues; nothing is acknowledged
 //     while the store cannot say). idempotency.ErrInvalidKey is wrapped in
 //     ErrBadKey (dead-letter: the key will never be storable).
-type StoreSelector struct {
+type storeSelector struct {
 	store      idempotency.Store
 	namespace  func(m *Message) string
 	renewEvery time.Duration
@@ -40,11 +41,12 @@ type StoreSelector struct {
 	renewals   renewer
 }
 
-// StoreOptions configure a StoreSelector.
-type StoreOptions struct {
+// storeOptions configure a storeSelector.
+type storeOptions struct {
 	// Namespace is the store namespace; "" means the message's destination.
 	// Topic deliveries append "#" and the consumer (each subscriber's copy
-	// is its own unit of work).
+	// is its own unit of work), with '%' and '#' in the consumer written
+	// "%25" and "%23" so that two different pairs never share a namespace.
 	Namespace string
 	// RenewEvery is the lease renewal period; 0 means half the claim's
 	// remaining lease, a negative value disables renewal.
@@ -58,21 +60,21 @@ type StoreOptions struct {
 	Logger *slog.Logger
 }
 
-// NewStoreSelector returns a StoreSelector over s. A nil s (including a
+// newStoreSelector returns a storeSelector over s. A nil s (including a
 // nil pointer in the interface) is an error wrapping ErrConfig.
-func NewStoreSelector(s idempotency.Store, o StoreOptions) (*StoreSelector, error) {
+func newStoreSelector(s idempotency.Store, o storeOptions) (*storeSelector, error) {
 	if nilcheck.IsNil(s) {
 		return nil, fmt.Errorf("%w: nil store", ErrConfig)
 	}
 	ns := o.Namespace
-	sel := &StoreSelector{store: s, renewEvery: o.RenewEvery, now: time.Now, metrics: o.Metrics,
+	sel := &storeSelector{store: s, renewEvery: o.RenewEvery, now: time.Now, metrics: o.Metrics,
 		namespace: func(m *Message) string {
 			base := ns
 			if base == "" {
 				base = m.Destination
 			}
 			if m.IsTopic() {
-				return base + "#" + m.Consumer
+				return keyjoin.Topic(base, m.Consumer)
 			}
 			return base
 		}}
@@ -84,15 +86,15 @@ func NewStoreSelector(s idempotency.Store, o StoreOptions) (*StoreSelector, erro
 }
 
 // Name returns "store".
-func (s *StoreSelector) Name() string { return "store" }
+func (s *storeSelector) Name() string { return "store" }
 
 // Key returns the store key of m.
-func (s *StoreSelector) Key(m *Message) idempotency.Key {
+func (s *storeSelector) Key(m *Message) idempotency.Key {
 	return idempotency.Key{Namespace: s.namespace(m), ID: m.IdempotencyKey()}
 }
 
 // Select try-claims m's key.
-func (s *StoreSelector) Select(ctx context.Context, m *Message) (Decision, error) {
+func (s *storeSelector) Select(ctx context.Context, m *Message) (Decision, error) {
 	key := s.Key(m)
 	t0 := time.Now()
 	out, claim, err := s.store.TryClaim(ctx, key)
@@ -192,7 +194,7 @@ func (h *held) end(err error) {
 	h.cmu.Unlock()
 }
 
-// renewer renews the held claims of one StoreSelector: a min-heap of
+// renewer renews the held claims of one storeSelector: a min-heap of
 // claims by due time and one goroutine, started when the first claim is
 // added and gone when none is left.
 type renewer struct {

@@ -2,18 +2,19 @@ package receiver
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // TestGroupStoreChoice: the in-process memory store is grouped only when
 // asked to, any other BatchStore by default, and never with StoreBatch 1.
 func TestGroupStoreChoice(t *testing.T) {
 	t.Parallel()
-	mem := idempotency.NewMemory(idempotency.Options{})
+	mem := memStore(t, idempotency.Options{})
 	other := struct{ *idempotency.Memory }{mem} // a BatchStore that is not *Memory
 	for _, c := range []struct {
 		cfg     Config
@@ -25,11 +26,44 @@ func TestGroupStoreChoice(t *testing.T) {
 		{Config{Store: other}, true},
 		{Config{Store: other, StoreBatch: 1}, false},
 	} {
-		got := groupStore(c.cfg)
+		got, err := groupStore(c.cfg)
+		if err != nil {
+			t.Fatalf("groupStore(%T, StoreBatch %d): %v", c.cfg.Store, c.cfg.StoreBatch, err)
+		}
 		if grouped := got != c.cfg.Store; grouped != c.grouped {
 			t.Errorf("groupStore(%T, StoreBatch %d) grouped = %v, want %v", c.cfg.Store, c.cfg.StoreBatch, grouped, c.grouped)
 		}
 	}
+}
+
+// TestGroupStoreRefused: options idempotency.Group refuses are an error
+// wrapping both ErrConfig and idempotency.ErrOptions, not a panic. New
+// checks StoreBatch and StoreLinger first; this is the guard behind it.
+func TestGroupStoreRefused(t *testing.T) {
+	t.Parallel()
+	mem := memStore(t, idempotency.Options{})
+	for _, cfg := range []Config{
+		{Store: mem, StoreBatch: -1},
+		{Store: mem, StoreBatch: 16, StoreLinger: -time.Millisecond},
+		{Store: mem, StoreBatch: 16, SettleTimeout: -time.Second},
+	} {
+		s, err := groupStore(cfg)
+		if s != nil || !errors.Is(err, ErrConfig) || !errors.Is(err, idempotency.ErrOptions) {
+			t.Errorf("groupStore(StoreBatch %d, StoreLinger %v, SettleTimeout %v) = %v, %v; want ErrConfig and ErrOptions",
+				cfg.StoreBatch, cfg.StoreLinger, cfg.SettleTimeout, s, err)
+		}
+	}
+}
+
+// memStore returns a Memory with options o, failing tb if NewMemory refuses
+// them.
+func memStore(tb testing.TB, o idempotency.Options) *idempotency.Memory {
+	tb.Helper()
+	m, err := idempotency.NewMemory(o)
+	if err != nil {
+		tb.Fatalf("NewMemory(%+v): %v", o, err)
+	}
+	return m
 }
 
 // TestRenewerExitsWhenIdle: the renewal goroutine runs while claims are
@@ -37,8 +71,8 @@ func TestGroupStoreChoice(t *testing.T) {
 func TestRenewerExitsWhenIdle(t *testing.T) {
 	t.Parallel()
 	ctx := testwait.Context(t, time.Minute)
-	mem := idempotency.NewMemory(idempotency.Options{})
-	sel, err := NewStoreSelector(mem, StoreOptions{RenewEvery: time.Hour})
+	mem := memStore(t, idempotency.Options{})
+	sel, err := newStoreSelector(mem, storeOptions{RenewEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ type batchCounter struct {
 	single map[string]int
 }
 
-func newBatchCounter() *batchCounter {
-	return &batchCounter{Memory: idempotency.NewMemory(idempotency.Options{}), sizes: map[string][]int{}, single: map[string]int{}}
+func newBatchCounter(tb testing.TB) *batchCounter {
+	return &batchCounter{Memory: memStore(tb, idempotency.Options{}), sizes: map[string][]int{}, single: map[string]int{}}
 }
 
 func (b *batchCounter) note(m string, n int) {
@@ -68,8 +68,8 @@ func (b *batchCounter) ReleaseBatch(ctx context.Context, claims []idempotency.Cl
 func TestStoreBatchConfig(t *testing.T) {
 	t.Parallel()
 	for _, cfg := range []receiver.Config{
-		{Store: newBatchCounter(), StoreBatch: -1},
-		{Store: newBatchCounter(), StoreLinger: -time.Millisecond},
+		{Store: newBatchCounter(t), StoreBatch: -1},
+		{Store: newBatchCounter(t), StoreLinger: -time.Millisecond},
 	} {
 		if _, err := receiver.New(cfg); !errors.Is(err, receiver.ErrConfig) {
 			t.Errorf("New with StoreBatch %d, StoreLinger %v: %v, want ErrConfig", cfg.StoreBatch, cfg.StoreLinger, err)
@@ -82,7 +82,7 @@ func TestStoreBatchConfig(t *testing.T) {
 func TestStoreBatchGroups(t *testing.T) {
 	t.Parallel()
 	const n = 10
-	st := newBatchCounter()
+	st := newBatchCounter(t)
 	// A long linger and a batch of n: the n deliveries' claims go as one
 	// batch, and so do their confirms, whatever the scheduling.
 	r, err := receiver.New(receiver.Config{Store: st, StoreBatch: n, StoreLinger: time.Hour})
@@ -121,7 +121,7 @@ func TestStoreBatchGroups(t *testing.T) {
 // TestStoreBatchOff: StoreBatch 1 sends every call on its own.
 func TestStoreBatchOff(t *testing.T) {
 	t.Parallel()
-	st := newBatchCounter()
+	st := newBatchCounter(t)
 	r, err := receiver.New(receiver.Config{Store: st, StoreBatch: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +159,7 @@ func (g *gatedBatchStore) ReleaseBatch(ctx context.Context, claims []idempotency
 // then takes for it is released: the redelivery can claim the key.
 func TestStoreBatchAbandonedDelivery(t *testing.T) {
 	t.Parallel()
-	st := &gatedBatchStore{batchCounter: newBatchCounter(), entered: make(chan struct{}, 1),
+	st := &gatedBatchStore{batchCounter: newBatchCounter(t), entered: make(chan struct{}, 1),
 		gate: make(chan struct{}), released: make(chan struct{}, 1)}
 	r, err := receiver.New(receiver.Config{Store: st})
 	if err != nil {

@@ -28,7 +28,7 @@ func BenchmarkLimitReader(b *testing.B) {
 		for _, cl := range []bool{true, false} {
 			frame := []byte(msgFrame(essentials+"x-custom:v\n", strings.Repeat("x", size), cl))
 			b.Run("body="+byteSize(size)+"/content-length="+map[bool]string{true: "yes", false: "no"}[cl], func(b *testing.B) {
-				l := newLimitReader(&repeatReader{data: frame}, DefaultMaxHeaderBytes, DefaultMaxBodyBytes)
+				l := newLimitReader(&repeatReader{data: frame}, defaultMaxHeaderBytes, defaultMaxBodyBytes)
 				buf := make([]byte, 16<<10)
 				b.SetBytes(int64(len(frame)))
 				b.ReportAllocs()
@@ -57,7 +57,7 @@ func byteSize(n int) string {
 // allocating once the buffers have grown.
 func TestLimitReaderNoAllocs(t *testing.T) {
 	frame := []byte(msgFrame(essentials, strings.Repeat("x", 3000), false) + msgFrame(essentials, "abc", true))
-	l := newLimitReader(&repeatReader{data: frame}, DefaultMaxHeaderBytes, DefaultMaxBodyBytes)
+	l := newLimitReader(&repeatReader{data: frame}, defaultMaxHeaderBytes, defaultMaxBodyBytes)
 	buf := make([]byte, 1024)
 	for range 100 { // warm up: buffers reach their working size
 		if _, err := l.Read(buf); err != nil {

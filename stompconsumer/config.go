@@ -11,34 +11,30 @@ import (
 	"github.com/acemq/msgaudit/internal/tlsconf"
 )
 
-// Defaults for the zero fields of Config.
+// Defaults for the zero fields of Config (each field's documentation
+// says its default).
 const (
-	DefaultPrefetch        = 100
-	DefaultConcurrency     = 1
-	DefaultConnectRetries  = 5
-	DefaultConnectTimeout  = 10 * time.Second
-	DefaultHeartBeat       = 15 * time.Second
-	DefaultShutdownTimeout = 30 * time.Second
-	DefaultMaxHeaderBytes  = 64 << 10
-	DefaultMaxBodyBytes    = 16 << 20
-	DefaultDeadLetter      = "/queue/ActiveMQ.DLQ"
+	defaultPrefetch        = 100
+	defaultConcurrency     = 1
+	defaultConnectTimeout  = 10 * time.Second
+	defaultHeartbeat       = 15 * time.Second
+	defaultShutdownTimeout = 30 * time.Second
+	defaultMaxHeaderBytes  = 64 << 10
+	defaultMaxBodyBytes    = 16 << 20
+	defaultDeadLetter      = "/queue/ActiveMQ.DLQ"
 )
 
-// Headers this package writes on the copies it sends, besides the
-// receiver's receiver.HeaderOriginalKey ("x-original-key", the key a copy
-// is audited under), receiver.HeaderAttempts ("x-attempts", the attempts
-// already made) and receiver.HeaderDeadLetterReason ("x-dead-letter-reason").
+// Headers this package writes on the copies it sends, besides
+// "x-original-key" (the key a copy is audited under), "x-attempts" (the
+// attempts already made), "x-dead-letter-reason" (Result.Reason) and
+// "x-copy-signature", which authenticates the first two (see
+// Config.CopySecret).
 const (
 	// HeaderOriginalDestination is the destination a dead-lettered message
 	// was consumed from.
 	HeaderOriginalDestination = "x-original-destination"
-	// HeaderRequeues counts hand-backs of a delivery whose outcome was
-	// unknown (its original in flight here or on another consumer, or the
-	// store unable to answer). They are not failures and do not count as
-	// attempts.
-	HeaderRequeues = "x-requeues"
 	// HeaderRetryReason is the Result.Reason of the attempt a retry copy
-	// follows ("handler-error", "panic", "in-flight", "store-error", ...).
+	// follows ("handler-error" or "panic").
 	HeaderRetryReason = "x-retry-reason"
 	// HeaderBodyOmitted is "true" on the dead-letter record of a frame cut
 	// by the size limits: the record carries the frame's essential headers
@@ -99,16 +95,18 @@ func (c Config) String() string {
 	for i, s := range c.Subscriptions {
 		dests[i] = s.Destination
 	}
-	fmt.Fprintf(&b, " Subscriptions:%v Prefetch:%d Concurrency:%d InFlight:%d MaxAttempts:%d", dests, c.Prefetch, c.Concurrency, c.InFlight, c.MaxAttempts)
-	fmt.Fprintf(&b, " ConnectRetries:%d HeartBeat:%v DeadLetterDestination:%q KeyHeader:%q Store:%t MemoryOnly:%t}",
-		c.ConnectRetries, c.HeartBeat, c.DeadLetterDestination, c.KeyHeader, c.Store != nil, c.MemoryOnly)
+	fmt.Fprintf(&b, " Subscriptions:%v Prefetch:%d Concurrency:%d InFlight:%d MaxAttempts:%d", dests, c.Prefetch, c.Concurrency, c.InFlight, c.Pipeline.MaxAttempts)
+	fmt.Fprintf(&b, " ConnectRetries:%d Heartbeat:%v DeadLetterDestination:%q KeyHeader:%q Store:%t Inbox:%t MemoryOnly:%t",
+		c.ConnectRetries, c.Heartbeat, c.DeadLetterDestination, c.KeyHeader, c.Pipeline.Store != nil, c.Pipeline.Inbox != nil, c.Pipeline.MemoryOnly)
+	if len(c.CopySecret) > 0 {
+		b.WriteString(" CopySecret:xxxxx")
+	}
+	b.WriteString("}")
 	return b.String()
 }
 
-// GoString redacts like String, so %#v does not print the passcode either.
-func (c Config) GoString() string { return c.String() }
-
-// Format makes every verb (%v, %+v, %#v, %s, %q) print the redacted String.
+// Format makes every verb (%v, %+v, %#v, %s, %q, ...) print the redacted
+// String.
 func (c Config) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }
 
 // nopLogger returns a logger that discards everything.
@@ -120,8 +118,5 @@ func nopLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // passcode raw under %+v.
 func (c *Consumer) String() string { return "stompconsumer.Consumer{" + c.cfg.String() + "}" }
 
-// GoString redacts like String.
-func (c *Consumer) GoString() string { return c.String() }
-
-// Format makes every verb print the redacted String.
+// Format makes every verb (%#v included) print the redacted String.
 func (c *Consumer) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }

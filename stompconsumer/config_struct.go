@@ -1,18 +1,15 @@
 package stompconsumer
 
 import (
-	"context"
 	"crypto/tls"
-	"log/slog"
 	"time"
 
-	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/receiver"
 )
 
 // Config configures a Consumer. The zero value of every field means its
 // default; Addresses and Subscriptions are required, and so is the choice
-// of durability: a Store, MemoryOnly, or a prebuilt Receiver.
+// of durability in Pipeline: a Store, an Inbox, or MemoryOnly.
 //
 // Config implements fmt.Formatter and String: printing it with any verb
 // redacts Passcode and passwords embedded in Addresses.
@@ -68,30 +65,36 @@ type Config struct {
 	// unacknowledged: the broker sends them again.
 	InFlight int
 
-	// MaxAttempts bounds handler attempts per message; after the last one
-	// the message is dead-lettered. Default: the receiver's default.
-	MaxAttempts int
+	// ReconnectBackoff spaces reconnect attempts; its zero fields mean
+	// 100ms doubling to 10s, jitter 0.5. (Handler retries are spaced by
+	// Pipeline.Backoff.)
+	ReconnectBackoff receiver.Backoff
 
-	// RetryBackoff spaces handler retries (default 100ms doubling to 5s,
-	// jitter 0.2). ReconnectBackoff spaces reconnect attempts (default 100ms
-	// doubling to 10s, jitter 0.5).
-	RetryBackoff, ReconnectBackoff Backoff
-
-	// ConnectRetries is the number of failed connection attempts (over the
-	// address list, in rotation) tolerated at start before Run returns
-	// ErrConnect; default 5, negative = retry until ctx is done. After the
-	// first successful connection the consumer reconnects until ctx is done.
-	// ConnectTimeout bounds one attempt (dial, TLS and CONNECT); default 10s.
+	// ConnectRetries bounds the start. By default (zero or negative) Run
+	// keeps trying to connect until ctx is done, over the address list in
+	// rotation with ReconnectBackoff between rounds, as ActiveMQ's failover
+	// transport does: a consumer started while its brokers restart or
+	// change masters connects once one answers. With n > 0, Run returns
+	// ErrConnect when the first attempt and n retries have failed. Each
+	// failed attempt is logged at warn level with its address, its
+	// number, the error and the wait before the next one. A rejected
+	// CONNECT (ErrRejected) or a certificate that fails verification
+	// (ErrTLS) ends Run at once either way. After the first connection
+	// the consumer reconnects until ctx is done, whatever ConnectRetries
+	// is. ConnectTimeout bounds one attempt (dial, TLS and CONNECT);
+	// default 10s.
 	ConnectRetries int
 	ConnectTimeout time.Duration
 
-	// HeartBeat is the STOMP heart-beat interval asked for in both
-	// directions; default 15s, negative disables heart-beats (TCP
-	// keep-alives then detect a dead peer). go-stomp v3.1.3 also bounds the
-	// wait for a transaction's receipt by the heart-beat interval minus 5s;
-	// a commit not confirmed in time ends the connection (safely: see
-	// the package documentation on retries).
-	HeartBeat time.Duration
+	// Heartbeat is the STOMP heart-beat interval asked of the broker: a
+	// connection silent for longer (plus 5s) is taken as dead. Default
+	// 15s; negative disables heart-beats (TCP keep-alives then detect a
+	// dead peer). The consumer sends none itself (go-stomp v3.1.3 would
+	// bound its receipt waits by their interval and can wedge a
+	// connection when one lapses); a COMMIT not confirmed within 10s ends
+	// the connection instead (safely: see the package documentation on
+	// retries).
+	Heartbeat time.Duration
 
 	// MaxHeaderBytes bounds a MESSAGE frame's command and header block, and
 	// MaxBodyBytes its body; defaults 64 KiB and 16 MiB. See the package
@@ -103,87 +106,58 @@ type Config struct {
 	// default 30s.
 	ShutdownTimeout time.Duration
 
-	// Logger receives structured logs; nil discards them.
-	Logger *slog.Logger
-
 	// ClientID is sent as the client-id CONNECT header (ActiveMQ needs it
 	// for durable topic subscriptions).
 	ClientID string
 
-	// Receiver is a prebuilt duplicate pipeline (for example one shared by
-	// several consumers in a process, or with extra selectors). When set,
-	// Audit, Store, Namespace, MaxAttempts, DuplicatePolicy, OnDuplicate,
-	// MissingKey and KeyFunc are ignored: they configure the Receiver New
-	// builds otherwise. Its KeyFunc should be wrapped with CarriedKey so
-	// retry copies keep their key.
-	Receiver *receiver.Receiver
-
-	// Audit is the in-memory connection audit; nil means a connaudit.Audit
-	// with default options. It lives as long as the Consumer, so it
-	// survives reconnects.
-	Audit receiver.Auditor
-
-	// Store is the idempotency store shared by consumers and surviving
-	// restarts: with it, work confirmed before a restart or on another
-	// consumer is recognised and not applied again. A crash between the
-	// handler's effect and the store's confirm leaves the claim open, and
-	// once its lease lapses the redelivery runs the handler again; for
-	// effects in a SQL database use Inbox instead. One of Store, Inbox,
-	// MemoryOnly or Receiver is required; a Store holding a nil pointer (as
-	// an unchecked idempotency.Open error leaves it) is an error from New.
-	Store idempotency.Store
-
-	// Inbox is the transactional inbox (an *inbox.Inbox or a
-	// *pgxinbox.Inbox): it records each delivery's key in the handler's own
-	// database transaction, so effect and key commit together, and the
-	// subscriptions' handlers get that transaction through inbox.Handler
-	// (pgxinbox.Handler). It runs after the memory tier, in place of Store:
-	// setting both is an error, and so are a prebuilt Receiver (put the
-	// inbox in its Selectors), DuplicatePolicy DuplicateDeliver and
-	// MissingKey MissingKeyProcess (both would run the handler without the
-	// transaction). New sizes the inbox's lanes (transactions open at
-	// once, each running its deliveries one after the other; on
-	// PostgreSQL, unless the inbox's Options.Lanes is set) to the
-	// subscriptions' total Concurrency, but no more than the Concurrency
-	// of any subscription that holds more deliveries than it runs
-	// handlers (its deliveries may hold lanes while they wait for one of
-	// its handlers), and refuses more lanes than that or a database pool
-	// with fewer connections than lanes (each lane holds one). The inbox scopes its keys by its own Options.Namespace,
-	// not by Namespace.
-	Inbox receiver.Selector
-
-	// MemoryOnly runs the consumer without a durable store, on purpose.
-	// Duplicates are then absorbed only while this process runs (the
-	// connection audit and the in-flight table survive reconnects); after
-	// a restart, or on another consumer of the same queue, a redelivery of
-	// work already done is applied again. Run logs this guarantee once at
-	// start. Setting both Store and MemoryOnly is an error.
-	MemoryOnly bool
-
-	// Namespace scopes the store's keys; "" means the destination (so
-	// consumers of one queue share their keys).
-	Namespace string
-
-	// DuplicatePolicy is what happens to a confirmed duplicate (default:
-	// acknowledge and drop); OnDuplicate is the hook of
-	// receiver.DuplicateHook. MissingKey is the policy for a delivery
-	// without a key (default: dead-letter with reason "missing-key").
-	DuplicatePolicy receiver.DuplicatePolicy
-	OnDuplicate     func(ctx context.Context, m *receiver.Message, reason string)
-	MissingKey      receiver.MissingKeyPolicy
-
-	// Metrics receives the receiver's counters; nil means a new one
-	// (Consumer.Metrics returns it).
-	Metrics *receiver.Metrics
+	// Pipeline configures the duplicate pipeline the consumer builds (with
+	// receiver.New) and owns. Durability is required there: Store (an
+	// idempotency store shared by consumers and surviving restarts),
+	// Inbox (a transactional inbox: the subscriptions' handlers get its
+	// transaction through inbox.Handler or pgxinbox.Handler) or
+	// MemoryOnly: true (duplicates absorbed only while this process runs;
+	// Run logs this guarantee once at start). The consumer fills in what
+	// only it knows: Audit when nil (a connaudit.Audit with its defaults,
+	// owned by the Consumer so it survives reconnects); KeyFunc wrapped so
+	// that a retry copy is keyed by the key it carries; Handlers, the sum
+	// of the subscriptions' Concurrency, and LaneBound, the smallest
+	// Concurrency of a subscription that holds more deliveries than it
+	// runs handlers (its deliveries may hold inbox lanes while they wait
+	// for one of its handlers); and the zero fields of Backoff, which spaces handler retries (100ms doubling
+	// to 5s, jitter 0.2). Pipeline.Logger receives the consumer's logs
+	// too (nil discards them), with the passcode and address passwords
+	// redacted. Its invalid settings are errors from New.
+	Pipeline receiver.Config
 
 	// DeadLetterDestination receives dead-lettered copies; default
 	// "/queue/ActiveMQ.DLQ".
 	DeadLetterDestination string
 
 	// KeyHeader names the header that carries the message key (a
-	// producer-set idempotency key). Default: "message-id". KeyFunc, when
-	// set, derives the key instead. Either way a retry copy's key is the
-	// one it carries in x-original-key.
+	// producer-set idempotency key), and that a frame cut by the size
+	// limits keeps on its dead-letter record. Default: "message-id".
+	// Pipeline.KeyFunc, when set, derives the key from the Message
+	// instead. Either way a retry copy's key is the one it carries in
+	// x-original-key.
 	KeyHeader string
-	KeyFunc   receiver.KeyFunc
+
+	// CopySecret signs the copies the consumer makes (retry copies and
+	// dead-letter records): an HMAC-SHA256 of the key and attempt count
+	// they carry (x-original-key, x-attempts) and of their body. Those
+	// headers are honoured only on a delivery whose signature verifies;
+	// on any other they are removed and the delivery is keyed by its own
+	// id, its attempts counted from one, so a producer cannot give its
+	// message the key of another (which would then be taken as a
+	// duplicate and acknowledged unhandled) or skip attempts. Empty means
+	// a random secret per Consumer: a retry copy made before a restart,
+	// or by another consumer of the queue, is then handled as a new
+	// message under its own id, with its attempts counted from one, so
+	// MaxAttempts bounds a failing message's attempts on each consumer
+	// and not in total (Run logs this once). It is never applied twice
+	// for it: only a failed handler's delivery, whose effect was rolled
+	// back, is copied. Set the same secret (at least 16 bytes; 32 random
+	// bytes recommended) on every consumer of a queue, kept across
+	// restarts, so that their copies keep their keys and attempt counts.
+	// It is never logged or printed.
+	CopySecret []byte
 }

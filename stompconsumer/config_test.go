@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
-	"pgregory.net/rapid"
 )
 
 func TestParseAddress(t *testing.T) {
@@ -157,17 +155,26 @@ func TestNewConfigErrors(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"no addresses", Config{MemoryOnly: true, Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
-		{"no subscriptions", Config{MemoryOnly: true, Addresses: []string{"h:1"}}},
-		{"bad address", Config{MemoryOnly: true, Addresses: []string{"http://h"}, Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
-		{"bare destination", Config{MemoryOnly: true, Addresses: []string{"h:1"}, Subscriptions: []Subscription{{Destination: "a", Handler: h}}}},
-		{"nil handler", Config{MemoryOnly: true, Addresses: []string{"h:1"}, Subscriptions: []Subscription{{Destination: "/queue/a"}}}},
-		{"same name twice", Config{MemoryOnly: true, Addresses: []string{"h:1"}, Subscriptions: []Subscription{
-			{Destination: "/topic/a", Handler: h}, {Destination: "/topic/a", Handler: h}}}},
-		{"missing CA file", Config{MemoryOnly: true, Addresses: []string{"h:1"}, CAFile: "/nonexistent/ca.pem",
-			Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
-		{"cert without key", Config{MemoryOnly: true, Addresses: []string{"h:1"}, CertFile: "/c.pem",
-			Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}}},
+		{"no addresses", Config{Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}, Pipeline: receiver.Config{MemoryOnly: true}}},
+		{"no subscriptions", Config{Addresses: []string{"h:1"}, Pipeline: receiver.Config{MemoryOnly: true}}},
+		{"bad address", Config{Addresses: []string{"http://h"}, Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}}, Pipeline: receiver.Config{MemoryOnly: true}}},
+		{"bare destination", Config{Addresses: []string{"h:1"}, Subscriptions: []Subscription{{Destination: "a", Handler: h}}, Pipeline: receiver.Config{MemoryOnly: true}}},
+		{"nil handler", Config{Addresses: []string{"h:1"}, Subscriptions: []Subscription{{Destination: "/queue/a"}}, Pipeline: receiver.Config{MemoryOnly: true}}},
+		{"same name twice", Config{
+			Addresses: []string{"h:1"},
+			Subscriptions: []Subscription{
+				{Destination: "/topic/a", Handler: h}, {Destination: "/topic/a", Handler: h}},
+			Pipeline: receiver.Config{MemoryOnly: true}}},
+		{"missing CA file", Config{
+			Addresses:     []string{"h:1"},
+			CAFile:        "/nonexistent/ca.pem",
+			Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}},
+			Pipeline:      receiver.Config{MemoryOnly: true}}},
+		{"cert without key", Config{
+			Addresses:     []string{"h:1"},
+			CertFile:      "/c.pem",
+			Subscriptions: []Subscription{{Destination: "/queue/a", Handler: h}},
+			Pipeline:      receiver.Config{MemoryOnly: true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -180,48 +187,36 @@ func TestNewConfigErrors(t *testing.T) {
 
 func TestNewDefaults(t *testing.T) {
 	t.Parallel()
-	c, err := New(Config{MemoryOnly: true, Addresses: []string{"h"}, Subscriptions: []Subscription{{Destination: "/queue/a",
-		Handler: func(context.Context, *receiver.Message) error { return nil }}}})
+	c, err := New(Config{
+		Addresses: []string{"h"},
+		Subscriptions: []Subscription{{Destination: "/queue/a",
+			Handler: func(context.Context, *receiver.Message) error { return nil }}},
+		Pipeline: receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := c.cfg
-	if cfg.Prefetch != DefaultPrefetch || cfg.Concurrency != 1 || cfg.ConnectRetries != DefaultConnectRetries ||
-		cfg.HeartBeat != DefaultHeartBeat || cfg.MaxHeaderBytes != DefaultMaxHeaderBytes || cfg.MaxBodyBytes != DefaultMaxBodyBytes ||
-		cfg.DeadLetterDestination != DefaultDeadLetter || cfg.KeyHeader != "message-id" {
+	if cfg.Prefetch != defaultPrefetch || cfg.Concurrency != 1 || cfg.ConnectRetries != 0 ||
+		cfg.Heartbeat != defaultHeartbeat || cfg.MaxHeaderBytes != defaultMaxHeaderBytes || cfg.MaxBodyBytes != defaultMaxBodyBytes ||
+		cfg.DeadLetterDestination != defaultDeadLetter || cfg.KeyHeader != "message-id" {
 		t.Errorf("defaults not applied: %v", cfg)
 	}
-	if s := c.subs[0]; s.Name != "/queue/a" || s.Prefetch != DefaultPrefetch || s.Concurrency != 1 {
+	if s := c.subs[0]; s.Name != "/queue/a" || s.Prefetch != defaultPrefetch || s.Concurrency != 1 {
 		t.Errorf("subscription defaults not applied: %+v", s)
 	}
 }
 
-// TestBackoff checks the delay bounds: attempt n waits within
-// [base·(1-Jitter), base], base = min(Initial·2ⁿ, Max).
-func TestBackoff(t *testing.T) {
+// TestCarriedKey: a retry copy gets a new message-id from the broker, but
+// it carries the original's key, and that is the key it is audited under.
+func TestCarriedKey(t *testing.T) {
 	t.Parallel()
-	rapid.Check(t, func(t *rapid.T) {
-		b := Backoff{
-			Initial: time.Duration(rapid.Int64Range(1, int64(time.Second)).Draw(t, "initial")),
-			Max:     time.Duration(rapid.Int64Range(1, int64(time.Minute)).Draw(t, "max")),
-			Jitter:  rapid.Float64Range(0, 1).Draw(t, "jitter"),
-		}.withDefaults(time.Millisecond, time.Second, 0.5)
-		n := rapid.IntRange(0, 200).Draw(t, "n")
-		want := b.Initial
-		for range n {
-			if want >= b.Max {
-				break
-			}
-			want *= 2
-		}
-		want = min(want, b.Max)
-		if got := b.base(n); got != want {
-			t.Fatalf("base(%d) = %v, want %v (%+v)", n, got, want, b)
-		}
-		d := b.Delay(n)
-		lo := time.Duration(float64(want) * (1 - b.Jitter))
-		if d > want || d < lo-1 {
-			t.Fatalf("Delay(%d) = %v outside [%v, %v]", n, d, lo, want)
-		}
-	})
+	key := carriedKey(receiver.HeaderKey("message-id"))
+	first := &receiver.Message{Headers: map[string]string{"message-id": "ID:vm-1-17-3:3:-1:1:7"}}
+	retry := &receiver.Message{Headers: map[string]string{"message-id": "ID:vm-1-17-3:9:-1:1:2",
+		"x-original-key": "ID:vm-1-17-3:3:-1:1:7"}}
+	k1, _ := key(first)
+	k2, _ := key(retry)
+	if k1 != "ID:vm-1-17-3:3:-1:1:7" || k2 != k1 {
+		t.Fatalf("keys %q and %q, want the original's for both", k1, k2)
+	}
 }

@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/acemq/msgaudit/idempotency"
-	"github.com/acemq/msgaudit/internal/nilcheck"
+	"github.com/acemq/msgaudit/internal/admission"
+	"github.com/acemq/msgaudit/internal/consumerkit"
+	"github.com/acemq/msgaudit/internal/copyhdr"
+	"github.com/acemq/msgaudit/internal/copysig"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-stomp/stomp/v3"
@@ -28,53 +29,14 @@ type Consumer struct {
 	metrics *receiver.Metrics
 	log     *slog.Logger
 	red     redact.Redactor
+	sig     *copysig.Signer // signs the copies this consumer makes
 	subs    []Subscription
-	gates   []*receiver.Gate // per subscription: its Concurrency, over every session
+	gates   []*admission.Gate // per subscription: its Concurrency, over every session
 	running atomic.Bool
 	gen     atomic.Uint64
-	st      stats
+	st      consumerkit.Counters
 
 	guaranteeOnce sync.Once
-}
-
-// stats are the transport's own counters (the receiver counts the rest).
-type stats struct {
-	connects, reconnects, connectErrors       atomic.Uint64
-	retriesSent, deadLettersSent, oversized   atomic.Uint64
-	dropped, ackErrors, staleAcks, localRetry atomic.Uint64
-}
-
-// Stats is a snapshot of the transport counters. The duplicate pipeline's
-// counters (delivered, processed, duplicates by reason, handler errors,
-// store latency) are in Consumer.Metrics.
-type Stats struct {
-	// Connects counts successful connections (the first one included);
-	// Reconnects those after a connection loss; ConnectErrors failed
-	// attempts.
-	Connects, Reconnects, ConnectErrors uint64
-	// RetriesSent counts retry copies committed with the original's ACK;
-	// LocalRetries counts retries run in place (topics).
-	RetriesSent, LocalRetries uint64
-	// DeadLettersSent counts dead-letter copies committed with the
-	// original's ACK.
-	DeadLettersSent uint64
-	// Oversized counts frames cut for exceeding MaxHeaderBytes or
-	// MaxBodyBytes; a record of each (without its body) is dead-lettered
-	// and counted in DeadLettersSent as well. A persistent one is then
-	// NACKed, so the broker dead-letters it in full; a non-persistent one
-	// is ACKed with its record.
-	Oversized uint64
-	// Dropped counts received deliveries never processed because their
-	// connection was lost or the consumer stopped; the broker sends them
-	// again.
-	Dropped uint64
-	// StaleAcks counts acknowledgements not sent because the delivery's
-	// connection had been lost (its ack id is meaningless on any other).
-	StaleAcks uint64
-	// AckErrors counts ACK/transaction failures (each ends the connection).
-	AckErrors uint64
-	// Generation is the number of the current (or last) connection.
-	Generation uint64
 }
 
 // New validates cfg and returns a Consumer. It does not connect.
@@ -98,43 +60,40 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	if cfg.Prefetch <= 0 {
-		cfg.Prefetch = DefaultPrefetch
+		cfg.Prefetch = defaultPrefetch
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.ConnectRetries == 0 {
-		cfg.ConnectRetries = DefaultConnectRetries
+		cfg.Concurrency = defaultConcurrency
 	}
 	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = DefaultConnectTimeout
+		cfg.ConnectTimeout = defaultConnectTimeout
 	}
-	if cfg.HeartBeat == 0 {
-		cfg.HeartBeat = DefaultHeartBeat
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = defaultHeartbeat
 	}
 	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
+		cfg.ShutdownTimeout = defaultShutdownTimeout
 	}
 	if cfg.MaxHeaderBytes <= 0 {
-		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+		cfg.MaxHeaderBytes = defaultMaxHeaderBytes
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+		cfg.MaxBodyBytes = defaultMaxBodyBytes
 	}
 	if cfg.DeadLetterDestination == "" {
-		cfg.DeadLetterDestination = DefaultDeadLetter
+		cfg.DeadLetterDestination = defaultDeadLetter
 	}
 	if cfg.KeyHeader == "" {
 		cfg.KeyHeader = frame.MessageId
 	}
-	cfg.RetryBackoff = cfg.RetryBackoff.withDefaults(100*time.Millisecond, 5*time.Second, 0.2)
-	cfg.ReconnectBackoff = cfg.ReconnectBackoff.withDefaults(100*time.Millisecond, 10*time.Second, 0.5)
+	cfg.Pipeline.Backoff = consumerkit.WithDefaults(cfg.Pipeline.Backoff, 100*time.Millisecond, 5*time.Second, 0.2)
+	cfg.ReconnectBackoff = consumerkit.WithDefaults(cfg.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 0.5)
 
 	red := redact.New(cfg.Passcode).With(redact.URLSecrets(cfg.Addresses...)...)
 	for _, ep := range eps {
 		red = red.With(ep.passcode)
 	}
-	log := cfg.Logger
+	log := cfg.Pipeline.Logger
 	if log == nil {
 		log = nopLogger()
 	}
@@ -173,71 +132,38 @@ func New(cfg Config) (*Consumer, error) {
 		subs[i] = s
 	}
 
-	if cfg.Inbox != nil {
-		// The lanes are sized to the handlers of every subscription
-		// together, but a subscription that holds more deliveries in the
-		// pipeline than it runs handlers could take more lanes than it has
-		// handlers: the lanes must not outnumber its Concurrency.
-		total, bound := 0, 0
-		for _, s := range subs {
-			total += s.Concurrency
-			if pipelined(s) > s.Concurrency && (bound == 0 || s.Concurrency < bound) {
-				bound = s.Concurrency
-			}
-		}
-		if err := checkInbox(cfg, total, bound); err != nil {
-			return nil, err
-		}
+	sig, err := copysig.New(cfg.CopySecret)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CopySecret: %w", ErrConfig, err)
 	}
-
-	c := &Consumer{cfg: cfg, log: log, red: red, subs: subs}
-	handlers := 0
+	c := &Consumer{cfg: cfg, log: log, red: red, sig: sig, subs: subs}
+	p := cfg.Pipeline
+	p.Handlers, p.LaneBound = 0, 0
 	for _, s := range subs {
-		c.gates = append(c.gates, receiver.NewGate(s.Concurrency))
-		handlers += s.Concurrency
+		c.gates = append(c.gates, admission.New(s.Concurrency))
+		p.Handlers += s.Concurrency
+		// A subscription that holds more deliveries in the pipeline than
+		// it runs handlers could take more inbox lanes than it has
+		// handlers: the lanes must not outnumber its Concurrency.
+		if pipelined(s) > s.Concurrency && (p.LaneBound == 0 || s.Concurrency < p.LaneBound) {
+			p.LaneBound = s.Concurrency
+		}
 	}
 	c.dial = &dialer{endpoints: eps, tls: tc, login: cfg.Login, passcode: cfg.Passcode, vhost: cfg.VirtualHost,
-		clientID: cfg.ClientID, heartBeat: cfg.HeartBeat, timeout: cfg.ConnectTimeout,
+		clientID: cfg.ClientID, heartBeat: cfg.Heartbeat, timeout: cfg.ConnectTimeout,
 		maxHeader: cfg.MaxHeaderBytes, maxBody: cfg.MaxBodyBytes, keep: []string{cfg.KeyHeader}, log: log, red: red}
 
-	if cfg.Receiver != nil {
-		c.rcv = cfg.Receiver
-	} else {
-		if err := checkStore(cfg.Store, cfg.Inbox != nil, cfg.MemoryOnly); err != nil {
+	if p.Audit == nil {
+		if p.Audit, err = defaultAudit(); err != nil {
 			return nil, err
 		}
-		audit := cfg.Audit
-		if audit == nil {
-			if audit, err = defaultAudit(); err != nil {
-				return nil, err
-			}
-		}
-		var kf receiver.KeyFunc
-		if cfg.KeyFunc != nil {
-			kf = CarriedKey(cfg.KeyFunc)
-		}
-		var selectors []receiver.Selector
-		if cfg.Inbox != nil {
-			selectors = []receiver.Selector{cfg.Inbox}
-		}
-		c.rcv, err = receiver.New(receiver.Config{
-			Audit:       audit,
-			Store:       cfg.Store,
-			Selectors:   selectors,
-			Namespace:   cfg.Namespace,
-			KeyFunc:     kf,
-			MissingKey:  cfg.MissingKey,
-			Duplicates:  cfg.DuplicatePolicy,
-			OnDuplicate: cfg.OnDuplicate,
-			MaxAttempts: cfg.MaxAttempts,
-			Handlers:    handlers,
-			Backoff:     func(attempt int) time.Duration { return cfg.RetryBackoff.Delay(attempt - 1) },
-			Metrics:     cfg.Metrics,
-			Logger:      log,
-		})
-		if err != nil {
-			return nil, err
-		}
+	}
+	if p.KeyFunc != nil {
+		p.KeyFunc = carriedKey(p.KeyFunc)
+	}
+	p.Logger = log
+	if c.rcv, err = receiver.New(p); err != nil {
+		return nil, fmt.Errorf("%w: Pipeline: %w", ErrConfig, err)
 	}
 	c.metrics = c.rcv.Metrics()
 	return c, nil
@@ -261,72 +187,43 @@ func inFlight(n, concurrency, prefetch int) (int, error) {
 	return n, nil
 }
 
-// checkStore makes durability an explicit choice: a usable store, or
-// MemoryOnly.
-func checkStore(store idempotency.Store, inbox, memoryOnly bool) error {
-	switch {
-	case inbox && memoryOnly:
-		return fmt.Errorf("%w: both Inbox and MemoryOnly set", ErrConfig)
-	case inbox:
-		return nil // checkInbox has checked it, and that Store is not set too
-	case store == nil && !memoryOnly:
-		return fmt.Errorf("%w: no Store or Inbox: set Inbox to a transactional inbox (package inbox) so that a message whose effect is in a database is never applied twice, Store to an idempotency store (idempotency.Open) to recognise finished work across restarts and consumers, or MemoryOnly: true to detect duplicates within this process only", ErrConfig)
-	case store != nil && nilcheck.IsNil(store):
-		return fmt.Errorf("%w: Store is a nil %T (was an error from opening it ignored?)", ErrConfig, store)
-	case store != nil && memoryOnly:
-		return fmt.Errorf("%w: both Store and MemoryOnly set", ErrConfig)
-	}
-	return nil
-}
-
 // logGuarantee says once, at the first Run, what the duplicate detection
 // survives.
 func (c *Consumer) logGuarantee() {
 	c.guaranteeOnce.Do(func() {
-		switch {
-		case c.cfg.Receiver != nil:
-		case c.cfg.Inbox != nil:
-			c.log.Info("stompconsumer: transactional inbox: each delivery's key commits in the handler's own transaction, so a crash between effect and acknowledgement never applies a message twice",
-				"inbox", fmt.Sprintf("%T", c.cfg.Inbox))
-		case c.cfg.MemoryOnly:
-			c.log.Warn("stompconsumer: memory-only duplicate detection (Config.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again")
-		default:
-			c.log.Info("stompconsumer: durable duplicate detection: finished work is recognised across restarts and by every consumer sharing the store; a crash between the handler's effect and the store's confirm can apply a message again once its claim lapses",
-				"store", fmt.Sprintf("%T", c.cfg.Store))
+		consumerkit.LogGuarantee(c.log, "stompconsumer", c.cfg.Pipeline)
+		if len(c.cfg.CopySecret) == 0 {
+			c.log.Info("stompconsumer: no Config.CopySecret: retry copies are signed with a secret of this process only, so a copy another consumer or a restarted one takes counts its attempts from one; set the same CopySecret on every consumer of these queues for MaxAttempts to hold across them")
 		}
 	})
 }
 
-// CarriedKey wraps a key function so that a copy this package resent (a
+// carriedKey wraps a key function so that a copy this package resent (a
 // retry or a dead letter) is keyed by the key it carries in
-// receiver.HeaderOriginalKey, and every other delivery by f.
-func CarriedKey(f receiver.KeyFunc) receiver.KeyFunc {
+// x-original-key, and every other delivery by f. The Consumer removes that
+// header from every delivery whose copy signature does not verify (see
+// Config.CopySecret) before the key function sees it.
+func carriedKey(f receiver.KeyFunc) receiver.KeyFunc {
 	return func(m *receiver.Message) (string, error) {
-		if k := m.Headers[receiver.HeaderOriginalKey]; k != "" {
+		if k := m.Headers[copyhdr.OriginalKey]; k != "" {
 			return k, nil
 		}
 		return f(m)
 	}
 }
 
-// Receiver returns the duplicate pipeline the consumer runs.
-func (c *Consumer) Receiver() *receiver.Receiver { return c.rcv }
-
 // Metrics returns the pipeline's counters (expose them to Prometheus with
 // promexport.Receiver(c.Metrics().Snapshot, "stomp"), and the transport's
-// with promexport.STOMP(c.Stats)).
+// with promexport.Transport(c.Stats, "stomp")).
 func (c *Consumer) Metrics() *receiver.Metrics { return c.metrics }
 
-// Stats returns a snapshot of the transport counters.
-func (c *Consumer) Stats() Stats {
-	return Stats{
-		Connects: c.st.connects.Load(), Reconnects: c.st.reconnects.Load(), ConnectErrors: c.st.connectErrors.Load(),
-		RetriesSent: c.st.retriesSent.Load(), LocalRetries: c.st.localRetry.Load(),
-		DeadLettersSent: c.st.deadLettersSent.Load(), Oversized: c.st.oversized.Load(),
-		Dropped: c.st.dropped.Load(), StaleAcks: c.st.staleAcks.Load(), AckErrors: c.st.ackErrors.Load(),
-		Generation: c.gen.Load(),
-	}
-}
+// Stats returns a snapshot of the transport counters. STOMP keeps
+// Connects, Reconnects, ConnectErrors, RetriesSent, LocalRetries,
+// DeadLetters (dead-letter copies committed with the original's ACK; a
+// record of each frame cut by the size limits counts too), Oversized,
+// Dropped, StaleAcks, AckErrors (each ends the connection) and
+// Generation; the others stay zero.
+func (c *Consumer) Stats() receiver.TransportStats { return c.st.Stats(c.gen.Load()) }
 
 // Run connects, subscribes and consumes until ctx is cancelled, then stops
 // gracefully and returns nil: it stops dispatching, lets in-flight
@@ -336,11 +233,12 @@ func (c *Consumer) Stats() Stats {
 // sends them again.
 //
 // A lost connection is not an error: Run reconnects to the next address
-// with ReconnectBackoff and resubscribes. Run returns an error wrapping
-// ErrConnect when no broker answers within ConnectRetries attempts at
-// start, ErrRejected when a broker refuses the CONNECT (credentials) and
-// ErrTLS when a certificate fails verification; those two are never
-// retried. A Consumer runs once at a time (ErrRunning).
+// with ReconnectBackoff and resubscribes. At start Run keeps trying until
+// a broker answers or ctx is done, unless ConnectRetries bounds the
+// attempts: then it returns an error wrapping ErrConnect once they have
+// failed. It returns ErrRejected when a broker refuses the CONNECT
+// (credentials) and ErrTLS when a certificate fails verification; those
+// two are never retried. A Consumer runs once at a time (ErrRunning).
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -360,7 +258,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var old sync.WaitGroup // workers of lost connections still finishing
 	defer old.Wait()
 
-	cn, idx, err := c.connect(ctx, 0, c.cfg.ConnectRetries, false)
+	retries := c.cfg.ConnectRetries
+	if retries <= 0 {
+		retries = -1 // the default: until ctx is done
+	}
+	cn, idx, err := c.connect(ctx, 0, retries, false)
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ErrRejected) && !errors.Is(err, ErrTLS) {
 			return nil
@@ -384,7 +286,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		// tight loop: back off across such sessions.
 		if time.Since(s.start) < shortSession && s.recvd.Load() == 0 {
 			short++
-			if !sleep(ctx, c.cfg.ReconnectBackoff.Delay(short-1)) {
+			if !consumerkit.Sleep(ctx, c.cfg.ReconnectBackoff.Delay(short-1)) {
 				return nil
 			}
 		} else {
@@ -404,10 +306,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 // for the next reconnect not to back off.
 const shortSession = 2 * time.Second
 
-// connect tries the endpoints in rotation from index start; retries < 0
-// means until ctx is done. Between rounds over the address list it waits
-// ReconnectBackoff. Permanent errors (rejected CONNECT, certificate) end
-// the loop at once.
+// connect tries the endpoints in rotation from index start, giving up
+// after retries failed retries (retries < 0: until ctx is done). Between
+// rounds over the address list it waits ReconnectBackoff. Each failed
+// attempt is logged with its address, number, error and the wait before
+// the next one. Permanent errors (rejected CONNECT, certificate) end the
+// loop at once.
 func (c *Consumer) connect(ctx context.Context, start, retries int, reconnect bool) (*conn, int, error) {
 	eps := c.dial.endpoints
 	var last error
@@ -421,32 +325,36 @@ func (c *Consumer) connect(ctx context.Context, start, retries int, reconnect bo
 		i := (start + attempt) % len(eps)
 		cn, err := c.dial.dial(ctx, eps[i])
 		if err == nil {
-			c.st.connects.Add(1)
+			c.st.Connects.Add(1)
 			if reconnect {
-				c.st.reconnects.Add(1)
+				c.st.Reconnects.Add(1)
 				c.metrics.Reconnects.Add(1)
 			}
 			c.log.Info("stompconsumer: connected", "address", eps[i].String(), "session", cn.stomp.Session(),
 				"server", cn.stomp.Server(), "reconnect", reconnect)
 			return cn, i, nil
 		}
-		c.st.connectErrors.Add(1)
+		c.st.ConnectErrors.Add(1)
 		last = err
 		if permanent(err) {
 			c.log.Error("stompconsumer: connection refused for good; not retrying", "address", eps[i].String(), "err", err)
 			return nil, 0, err
 		}
-		c.log.Warn("stompconsumer: connect failed", "address", eps[i].String(), "attempt", attempt+1, "err", err)
 		if retries >= 0 && attempt >= retries {
+			c.log.Warn("stompconsumer: connect failed; giving up", "address", eps[i].String(), "attempt", attempt+1, "err", err)
 			addrs := make([]string, len(eps))
 			for j, ep := range eps {
 				addrs[j] = ep.String()
 			}
 			return nil, 0, fmt.Errorf("%w after %d attempts to %v: %w", ErrConnect, attempt+1, addrs, err)
 		}
+		var wait time.Duration // the next address at once, within a round
 		if (attempt+1)%len(eps) == 0 {
-			sleep(ctx, c.cfg.ReconnectBackoff.Delay((attempt+1)/len(eps)-1))
+			wait = c.cfg.ReconnectBackoff.Delay((attempt+1)/len(eps) - 1)
 		}
+		c.log.Warn("stompconsumer: connect failed; retrying", "address", eps[i].String(), "attempt", attempt+1, "err", err,
+			"next_address", eps[(i+1)%len(eps)].String(), "next_wait", wait)
+		consumerkit.Sleep(ctx, wait)
 	}
 }
 
@@ -516,7 +424,7 @@ func (s *session) run(ctx context.Context) error {
 			break
 		}
 		sr := &subRun{s: s, cfg: cfg, sub: sub, q: newFIFO(), topic: isTopic(cfg.Destination),
-			ctx: receiver.WithAdmission(s.hctx, s.c.gates[i], s.quit)}
+			ctx: admission.With(s.hctx, s.c.gates[i], s.quit)}
 		s.mu.Lock()
 		if s.dead.Load() {
 			sr.q.close() // lost meanwhile: the workers exit at once
@@ -549,7 +457,7 @@ func (s *session) fail(err error) {
 		s.mu.Lock()
 		s.dead.Store(true)
 		for _, sr := range s.subs {
-			s.c.st.dropped.Add(uint64(sr.q.close()))
+			s.c.st.Dropped.Add(uint64(sr.q.close()))
 		}
 		s.mu.Unlock()
 		close(s.lost)
@@ -593,7 +501,7 @@ func (s *session) shutdown() {
 	s.halt()
 	s.mu.Lock()
 	for _, sr := range s.subs {
-		s.c.st.dropped.Add(uint64(sr.q.close()))
+		s.c.st.Dropped.Add(uint64(sr.q.close()))
 	}
 	s.mu.Unlock()
 	s.wk.Wait()
@@ -634,7 +542,7 @@ func (sr *subRun) read() {
 			d.cut, _ = s.cn.lim.takeCut(ack)
 		}
 		if !sr.q.push(d) {
-			s.c.st.dropped.Add(1)
+			s.c.st.Dropped.Add(1)
 		}
 	}
 	// The channel closes with the connection.
@@ -661,7 +569,7 @@ func (sr *subRun) work() {
 func (sr *subRun) handle(d *delivery) {
 	s, c := sr.s, sr.s.c
 	if s.dead.Load() {
-		c.st.dropped.Add(1)
+		c.st.Dropped.Add(1)
 		return
 	}
 	m := c.message(sr, d)
@@ -669,6 +577,7 @@ func (sr *subRun) handle(d *delivery) {
 		s.deadLetterCut(d, m)
 		return
 	}
+	handBacks := 0 // deferrals retried in place so far
 	for {
 		res := c.rcv.Process(sr.ctx, m, sr.cfg.Handler)
 		if res.Action == receiver.Requeue && !res.Ran && errors.Is(res.Err, receiver.ErrAbandoned) {
@@ -676,7 +585,7 @@ func (sr *subRun) handle(d *delivery) {
 			// was lost or a graceful stop began meanwhile. The pipeline
 			// has rolled it back; unacknowledged, the broker sends it
 			// again.
-			c.st.dropped.Add(1)
+			c.st.Dropped.Add(1)
 			return
 		}
 		switch res.Action {
@@ -687,30 +596,38 @@ func (sr *subRun) handle(d *delivery) {
 			s.deadLetter(d, m, res)
 			return
 		default: // Requeue (and anything unknown: never acknowledge the unknown)
+			// In place, not as a copy: a topic (a copy would reach every
+			// subscriber); a delivery whose handler succeeded but whose
+			// confirm failed (its effect may be committed); and a
+			// delivery deferred without running (its key in flight
+			// elsewhere, or the store down), since the other delivery of
+			// its key may complete, and a copy that another consumer or a
+			// restarted one cannot authenticate would be keyed by its own
+			// id and applied again. Only a handler's failure, whose effect
+			// was rolled back, becomes a copy.
+			retryInPlace := sr.topic || res.Reason == confirmError || !res.Ran
 			delay := res.RetryAfter
 			if !res.Ran {
 				// Outcome unknown (in flight elsewhere, store down): back
 				// off by the hand-backs so far, so an outage is not a hot
-				// loop of copies.
-				n, _ := strconv.Atoi(m.Headers[HeaderRequeues])
-				delay = max(delay, c.cfg.RetryBackoff.Delay(n))
+				// loop.
+				delay = max(delay, c.cfg.Pipeline.Backoff.Delay(handBacks))
+				handBacks++
 			}
 			s.wait(delay)
 			if s.dead.Load() {
 				// Its connection is gone: nothing can be sent for it; the
 				// broker sends it again.
-				c.st.staleAcks.Add(1)
+				c.st.StaleAcks.Add(1)
 				return
 			}
-			if sr.topic {
-				// A copy sent to a topic would reach every subscriber:
-				// retry in place instead.
+			if retryInPlace {
 				select {
 				case <-s.stop:
 					return // not acknowledged: see Run
 				default:
 				}
-				c.st.localRetry.Add(1)
+				c.st.LocalRetries.Add(1)
 				continue
 			}
 			s.requeue(d, m, res)
@@ -741,32 +658,32 @@ func (s *session) wait(d time.Duration) bool {
 // back), so a delivery can never stay unacknowledged on a live connection.
 func (s *session) settle(d *delivery, send func() error) error {
 	if s.dead.Load() {
-		s.c.st.staleAcks.Add(1)
+		s.c.st.StaleAcks.Add(1)
 		return nil
 	}
 	if err := send(); err != nil {
-		s.c.st.ackErrors.Add(1)
+		s.c.st.AckErrors.Add(1)
 		s.fail(fmt.Errorf("acknowledge: %w", err))
 		return err
 	}
 	return nil
 }
 
-// requeue sends a retry copy of d to its destination and acknowledges d in
-// one transaction.
+// confirmError is the receiver's Result.Reason for a handler that
+// succeeded and a confirm (store or inbox commit) that failed.
+const confirmError = "confirm-error"
+
+// requeue sends a retry copy of d, whose handler failed, to its
+// destination and acknowledges d in one transaction.
 func (s *session) requeue(d *delivery, m *receiver.Message, res receiver.Result) {
 	h := copyHeaders(d.msg.Header)
-	h[receiver.HeaderOriginalKey] = m.IdempotencyKey()
-	attempts := res.Attempt // the attempts made, this one included
-	if !res.Ran {
-		attempts-- // deferred without running: not an attempt
-		n, _ := strconv.Atoi(h[HeaderRequeues])
-		h[HeaderRequeues] = strconv.Itoa(n + 1)
-	}
-	h[receiver.HeaderAttempts] = strconv.Itoa(max(attempts, 0))
+	h[copyhdr.OriginalKey] = m.IdempotencyKey()
+	// Only a failed handler is copied (see handle): res.Attempt is the
+	// attempts made, this one included.
+	h[copyhdr.Attempts] = strconv.Itoa(max(res.Attempt, 0))
 	h[HeaderRetryReason] = res.Reason
 	if s.resend(d, m.Destination, h) {
-		s.c.st.retriesSent.Add(1)
+		s.c.st.RetriesSent.Add(1)
 	}
 }
 
@@ -775,13 +692,13 @@ func (s *session) requeue(d *delivery, m *receiver.Message, res receiver.Result)
 func (s *session) deadLetter(d *delivery, m *receiver.Message, res receiver.Result) {
 	h := copyHeaders(d.msg.Header)
 	if k := m.IdempotencyKey(); k != "" {
-		h[receiver.HeaderOriginalKey] = k
+		h[copyhdr.OriginalKey] = k
 	}
-	h[receiver.HeaderDeadLetterReason] = truncate(res.Reason, 1024)
-	h[receiver.HeaderAttempts] = strconv.Itoa(res.Attempt)
+	h[copyhdr.DeadLetterReason] = truncate(res.Reason, 1024)
+	h[copyhdr.Attempts] = strconv.Itoa(res.Attempt)
 	h[HeaderOriginalDestination] = m.Destination
 	if s.resend(d, s.c.cfg.DeadLetterDestination, h) {
-		s.c.st.deadLettersSent.Add(1)
+		s.c.st.DeadLetters.Add(1)
 	}
 }
 
@@ -806,7 +723,7 @@ func (s *session) deadLetter(d *delivery, m *receiver.Message, res receiver.Resu
 // It is logged without a body (the consumer never held it).
 func (s *session) deadLetterCut(d *delivery, m *receiver.Message) {
 	c := s.c
-	c.st.oversized.Add(1)
+	c.st.Oversized.Add(1)
 	persistent := d.msg.Header.Get("persistent") == "true"
 	what := "dead-lettering a record of it and ACKing it: its body is lost"
 	if persistent {
@@ -818,10 +735,10 @@ func (s *session) deadLetterCut(d *delivery, m *receiver.Message) {
 		"persistent", persistent, "reason", d.cut, "dead-letter", c.cfg.DeadLetterDestination)
 	h := copyHeaders(d.msg.Header)
 	if k := m.Key; k != "" {
-		h[receiver.HeaderOriginalKey] = k
+		h[copyhdr.OriginalKey] = k
 	}
-	h[receiver.HeaderDeadLetterReason] = truncate(d.cut, 1024)
-	h[receiver.HeaderAttempts] = "0"
+	h[copyhdr.DeadLetterReason] = truncate(d.cut, 1024)
+	h[copyhdr.Attempts] = "0"
 	h[HeaderOriginalDestination] = m.Destination
 	h[HeaderBodyOmitted] = "true"
 	if msgID != "" {
@@ -829,7 +746,7 @@ func (s *session) deadLetterCut(d *delivery, m *receiver.Message) {
 	}
 	if !persistent {
 		if s.resend(d, c.cfg.DeadLetterDestination, h) {
-			c.st.deadLettersSent.Add(1)
+			c.st.DeadLetters.Add(1)
 		}
 		return
 	}
@@ -837,7 +754,7 @@ func (s *session) deadLetterCut(d *delivery, m *receiver.Message) {
 	if !s.commitCopy(d, c.cfg.DeadLetterDestination, h, false) {
 		return // not confirmed: the original comes back
 	}
-	c.st.deadLettersSent.Add(1)
+	c.st.DeadLetters.Add(1)
 	_ = s.settle(d, func() error { return d.msg.Conn.Nack(d.msg) })
 }
 
@@ -854,13 +771,15 @@ func (s *session) resend(d *delivery, dest string, h map[string]string) bool {
 
 // commitCopy commits a persistent copy of d's body with headers h to dest
 // in one STOMP transaction, with the ACK of d if ack is set, and reports
-// whether the commit was confirmed by its receipt. A failure ends the
-// connection.
+// whether the commit was confirmed by its receipt. The copy is signed (see
+// Config.CopySecret) over the key and attempts h carries and the body. A
+// failure ends the connection.
 func (s *session) commitCopy(d *delivery, dest string, h map[string]string, ack bool) bool {
 	if s.dead.Load() {
-		s.c.st.staleAcks.Add(1)
+		s.c.st.StaleAcks.Add(1)
 		return false
 	}
+	h[copysig.Header] = s.c.sig.Sign(h[copyhdr.OriginalKey], h[copyhdr.Attempts], d.msg.Body)
 	opts := make([]func(*frame.Frame) error, 0, len(h)+2)
 	for k, v := range h {
 		opts = append(opts, stomp.SendOpt.Header(k, v))
@@ -878,26 +797,55 @@ func (s *session) commitCopy(d *delivery, dest string, h map[string]string, ack 
 		err = tx.Ack(d.msg)
 	}
 	if err == nil {
-		err = tx.CommitWithReceipt()
+		err = s.commitWithin(tx)
 	}
 	if err != nil {
 		what := "send to " + dest
 		if ack {
 			what += " + ack"
 		}
-		s.c.st.ackErrors.Add(1)
+		s.c.st.AckErrors.Add(1)
 		s.fail(fmt.Errorf("transaction (%s): %w", what, err))
 		return false
 	}
 	return true
 }
 
+// commitWithin commits tx and waits for the broker's receipt, at most
+// commitTimeout: then it fails the connection, which closes it and
+// answers the wait with an error. Either the whole transaction (the copy
+// and the original's ACK) took effect or none of it did, and a failed
+// connection brings every unacknowledged delivery back, so an unknown
+// outcome loses nothing.
+func (s *session) commitWithin(tx *stomp.Transaction) error {
+	done := make(chan error, 1)
+	go func() { done <- tx.CommitWithReceipt() }()
+	t := time.NewTimer(commitTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	err := fmt.Errorf("no receipt for COMMIT within %v", commitTimeout)
+	s.fail(err)
+	select {
+	case cerr := <-done:
+		return cerr
+	case <-time.After(receiptTimeout):
+		return err
+	}
+}
+
 // reserved headers are set by the broker per delivery (or by go-stomp) and
-// never copied onto a resent message.
+// never copied onto a resent message. The copy headers are set by the
+// copy's maker alone and signed by commitCopy, so a producer's (or an
+// earlier copy's) values never pass on.
 var reserved = map[string]bool{
 	frame.MessageId: true, frame.Ack: true, frame.Subscription: true, frame.Destination: true,
 	"redelivered": true, frame.ContentLength: true, frame.ContentType: true, frame.Transaction: true,
 	frame.Receipt: true, frame.ReceiptId: true, "persistent": true,
+	copyhdr.OriginalKey: true, copyhdr.Attempts: true, copysig.Header: true,
 }
 
 // copyHeaders returns the first value of every non-reserved header.
@@ -936,18 +884,42 @@ func (c *Consumer) message(sr *subRun, d *delivery) *receiver.Message {
 	if m.Destination == "" {
 		m.Destination = sr.cfg.Destination
 	}
-	if k := h[receiver.HeaderOriginalKey]; k != "" {
+	c.trustCopyHeaders(h, d.msg.Body)
+	if k := h[copyhdr.OriginalKey]; k != "" {
 		m.Key = k
 	} else {
 		m.Key = h[c.cfg.KeyHeader]
 	}
-	if n, err := strconv.Atoi(h[receiver.HeaderAttempts]); err == nil && n > 0 {
+	if n, err := strconv.Atoi(h[copyhdr.Attempts]); err == nil && n > 0 {
 		m.Attempt = n + 1
 	}
 	if ms, err := strconv.ParseInt(h["timestamp"], 10, 64); err == nil && ms > 0 {
 		m.Timestamp = time.UnixMilli(ms)
 	}
 	return m
+}
+
+// trustCopyHeaders keeps the key and attempt count a copy carries
+// (copyhdr.OriginalKey, copyhdr.Attempts) in h only when
+// the copy's signature verifies for them and body: a copy this consumer,
+// or one sharing its CopySecret, made. It removes them otherwise, and the
+// signature always, so the receiver and key functions see only what a
+// consumer vouched for.
+func (c *Consumer) trustCopyHeaders(h map[string]string, body []byte) {
+	sig := h[copysig.Header]
+	delete(h, copysig.Header)
+	k, hasKey := h[copyhdr.OriginalKey]
+	a, hasAttempts := h[copyhdr.Attempts]
+	if !hasKey && !hasAttempts {
+		return
+	}
+	if sig != "" && c.sig.Verify(sig, k, a, body) {
+		return
+	}
+	delete(h, copyhdr.OriginalKey)
+	delete(h, copyhdr.Attempts)
+	c.log.Debug("stompconsumer: copy headers without a valid signature ignored; the delivery is keyed by its own id",
+		"destination", h[frame.Destination], "message-id", h[frame.MessageId], "signed", sig != "")
 }
 
 func containsNUL(b []byte) bool {
@@ -966,54 +938,6 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// checkLanes sizes the inbox's lanes (transactions open at once, each
-// running its deliveries' handlers one after the other) to the handlers
-// (at most bound, when bound > 0) when the inbox's options left them open,
-// and refuses more lanes than that (a delivery holding a lane, and with it
-// the uncommitted work of its batch, could wait for a handler slot held by
-// a handler waiting for that work's locks) or than the pool's connections
-// (each lane holds one).
-func checkLanes(ib receiver.Selector, handlers, bound int) error {
-	limit := handlers
-	if bound > 0 && bound < limit {
-		limit = bound
-	}
-	lanes := 0
-	if s, ok := ib.(interface{ SizeLanes(handlers int) int }); ok {
-		lanes = s.SizeLanes(limit)
-	}
-	if lanes > limit {
-		return fmt.Errorf("%w: the inbox has %d lanes but %d handlers can take them (a subscription's Concurrency bounds its own); a delivery holding a lane must always find a handler: set the inbox's Options.Lanes to at most %d", ErrConfig, lanes, limit, limit)
-	}
-	if p, ok := ib.(interface{ MaxOpenConns() int }); ok {
-		if n := p.MaxOpenConns(); n > 0 && n < lanes {
-			return fmt.Errorf("%w: the inbox's database pool allows %d connections but the inbox has %d lanes, and each holds a connection for its open transaction; raise the pool's limit or lower Concurrency (or the inbox's Options.Lanes)", ErrConfig, n, lanes)
-		}
-	}
-	return nil
-}
-
 // pipelined is how many of s's deliveries are in the pipeline at once
-// (its InFlight, set by New before the inbox is checked).
+// (its InFlight, as New set it).
 func pipelined(s Subscription) int { return max(s.InFlight, s.Concurrency) }
-
-// checkInbox refuses configurations that would defeat the transactional
-// inbox; handlers is the number of handler goroutines, bound (0: none)
-// the most lanes one subscription may hold while waiting for its own
-// handlers.
-func checkInbox(cfg Config, handlers, bound int) error {
-	if v := reflect.ValueOf(cfg.Inbox); v.Kind() == reflect.Pointer && v.IsNil() {
-		return fmt.Errorf("%w: Inbox is a nil %T", ErrConfig, cfg.Inbox)
-	}
-	switch {
-	case cfg.Store != nil:
-		return fmt.Errorf("%w: Inbox and Store both set: the inbox records keys in the handler's transaction, while a store claims and confirms outside it, and a crash between effect and confirm would leave the store's claim open; use one", ErrConfig)
-	case cfg.Receiver != nil:
-		return fmt.Errorf("%w: Inbox set with a prebuilt Receiver, which would run without it; put the inbox in that Receiver's Config.Selectors instead", ErrConfig)
-	case cfg.DuplicatePolicy == receiver.DuplicateDeliver:
-		return fmt.Errorf("%w: Inbox with DuplicateDeliver: a duplicate would reach the handler without the inbox's transaction; use another duplicate policy", ErrConfig)
-	case cfg.MissingKey == receiver.MissingKeyProcess:
-		return fmt.Errorf("%w: Inbox with MissingKeyProcess: a delivery without a key would reach the handler without the inbox's transaction; dead-letter it instead", ErrConfig)
-	}
-	return checkLanes(cfg.Inbox, handlers, bound)
-}

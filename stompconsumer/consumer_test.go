@@ -2,8 +2,12 @@ package stompconsumer
 
 import (
 	"context"
+	"runtime/pprof"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/acemq/msgaudit/receiver"
 )
 
 // runConsumer starts c.Run in the background; stop cancels it and returns
@@ -22,7 +26,9 @@ func runConsumer(t *testing.T, c *Consumer) (stop func() error) {
 			select {
 			case err = <-done:
 			case <-time.After(60 * time.Second):
-				t.Fatal("Run did not return within 60s of cancel")
+				var stacks strings.Builder
+				_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+				t.Fatalf("Run did not return within 60s of cancel; goroutines:\n%s", stacks.String())
 			}
 		}
 		return err
@@ -38,8 +44,11 @@ func TestConsumeQueue(t *testing.T) {
 	const n = 200
 	produce(t, addr, q, tag, n, nil)
 	l := newLedger()
-	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}},
-		DeadLetterDestination: noDeadLetters(t, addr)})
+	c, err := New(Config{
+		Addresses:             []string{addr},
+		Subscriptions:         []Subscription{{Destination: q, Handler: l.handler(0, 0)}},
+		DeadLetterDestination: noDeadLetters(t, addr),
+		Pipeline:              receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,11 +34,20 @@ func TestCutWhileHandlerRuns(t *testing.T) {
 			started, release := make(chan struct{}), make(chan struct{})
 			var runs0 atomic.Int64
 			h := l.handler(0, 0)
+			var logs syncBuffer
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("the consumer's log:\n%s", logs.String())
+				}
+			})
 			// Two workers: one holds the redelivery of "0" while it waits
 			// for the original, the other handles the rest.
-			c, err := New(Config{MemoryOnly: true, Addresses: []string{px.Addr()}, Prefetch: n, Concurrency: 2, DeadLetterDestination: noDeadLetters(t, addr),
-				ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
-				RetryBackoff:     Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+			c, err := New(Config{
+				Addresses:             []string{px.Addr()},
+				Prefetch:              n,
+				Concurrency:           2,
+				DeadLetterDestination: noDeadLetters(t, addr),
+				ReconnectBackoff:      receiver.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
 				Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 					if string(m.Body) == "0" {
 						if runs0.Add(1) == 1 {
@@ -50,7 +59,8 @@ func TestCutWhileHandlerRuns(t *testing.T) {
 						}
 					}
 					return h(ctx, m)
-				}}}})
+				}}},
+				Pipeline: receiver.Config{MemoryOnly: true, Logger: debugLogger(&logs), Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,12 +124,17 @@ func TestCutDropsPrefetched(t *testing.T) {
 	px := newProxy(t, addr)
 	l := newLedger()
 	h := l.handler(0, 0)
-	c, err := New(Config{MemoryOnly: true, Addresses: []string{px.Addr()}, Prefetch: n, Concurrency: 1, DeadLetterDestination: dlq,
-		ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
+	c, err := New(Config{
+		Addresses:             []string{px.Addr()},
+		Prefetch:              n,
+		Concurrency:           1,
+		DeadLetterDestination: dlq,
+		ReconnectBackoff:      receiver.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			time.Sleep(5 * time.Millisecond) // slow: the prefetched deliveries queue up behind it
 			return h(ctx, m)
-		}}}})
+		}}},
+		Pipeline: receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,10 @@ type conn struct {
 // receiptTimeout bounds the waits for UNSUBSCRIBE and DISCONNECT receipts.
 const receiptTimeout = 5 * time.Second
 
+// commitTimeout bounds the wait for a COMMIT's receipt: past it the
+// connection is failed (see commitWithin).
+const commitTimeout = 10 * time.Second
+
 // dial connects to ep: TCP with DialContext, TLS when the endpoint asks for
 // it, then the STOMP 1.2 CONNECT. Every error wraps ErrRejected, ErrTLS or
 // the network error, and is redacted.
@@ -106,7 +110,14 @@ func (d *dialer) dial(ctx context.Context, ep endpoint) (*conn, error) {
 	opts := []func(*stomp.Conn) error{
 		stomp.ConnOpt.AcceptVersion(stomp.V12),
 		stomp.ConnOpt.Host(host),
-		stomp.ConnOpt.HeartBeat(hb, hb),
+		// No heart-beats from the client: go-stomp v3.1.3 gives up a
+		// receipt wait after the interval it sends heart-beats at, leaves
+		// the wait's channel behind, and its connection goroutine then
+		// blocks for good on that channel at the next receipt or error,
+		// with every later frame (and the close) waiting behind it. With
+		// no client heart-beats it never gives up a wait; commitWithin
+		// bounds the wait for a COMMIT's receipt instead.
+		stomp.ConnOpt.HeartBeat(0, hb),
 		stomp.ConnOpt.Logger(stompLogger{log: d.log, red: d.red}),
 		stomp.ConnOpt.ReadBufferSize(16 << 10),
 		stomp.ConnOpt.UnsubscribeReceiptTimeout(receiptTimeout),

@@ -2,7 +2,7 @@
 // Classic that never loses a message and absorbs its redeliveries. It runs
 // every delivery through the duplicate pipeline of package receiver (the
 // connection audit, the in-flight/outcome table, then a transactional
-// inbox (Config.Inbox) or an idempotency store (Config.Store)) and settles
+// inbox (Config.Pipeline.Inbox) or an idempotency store (Config.Pipeline.Store)) and settles
 // it with the broker only after the work is recorded. With the inbox, whose
 // key commits in the handler's own database transaction, no message is
 // applied twice even when the process is killed; with an external store, a
@@ -17,9 +17,13 @@
 // options ask for it, and speaks STOMP 1.2 with login, passcode, host
 // header and heart-beats. When a connection breaks it reconnects to the
 // next address with exponential backoff and jitter and subscribes again;
-// each connection is one generation. At start, Config.ConnectRetries
-// bounds the attempts (ErrConnect, with the last dial error). A broker
-// that answers CONNECT with an ERROR frame (wrong credentials: "User name
+// each connection is one generation. At start it keeps trying, over the
+// addresses in rotation, until a broker answers or Run's context ends, as
+// ActiveMQ's failover transport does: a consumer (re)started while the
+// brokers restart or a master/slave pair changes masters rides it out,
+// logging each failed attempt (address, attempt, error, next wait).
+// Config.ConnectRetries bounds the start instead (ErrConnect, with the
+// last dial error). A broker that answers CONNECT with an ERROR frame (wrong credentials: "User name
 // [null] or password is invalid.") or a certificate that fails
 // verification ends Run at once with ErrRejected or ErrTLS: retrying
 // cannot help and would hammer the broker's authentication.
@@ -68,10 +72,10 @@
 // connection or the subscription ends, and leaving a failed delivery
 // unacknowledged would hold a prefetch slot until then. So a failed
 // delivery on a queue is retried like this, after Result.RetryAfter
-// (Config.RetryBackoff): in ONE STOMP transaction the consumer SENDs a
+// (Config.Pipeline.Backoff): in ONE STOMP transaction the consumer SENDs a
 // persistent copy to the same destination, carrying
-// receiver.HeaderOriginalKey (x-original-key, the original's key) and
-// receiver.HeaderAttempts (x-attempts, the attempts made), and ACKs the
+// x-original-key (the original's key) and x-attempts (the attempts
+// made), and ACKs the
 // original; then COMMITs and waits for the receipt. ActiveMQ commits a
 // SEND and an ACK of one transaction together, so exactly one live
 // instance of the message exists at every moment: if the commit's outcome
@@ -79,13 +83,43 @@
 // the original gone, or the original comes back and no copy exists. The
 // copy is keyed by the key it carries, so the pipeline treats it as the
 // same message (its audit bit was rolled back and its claim released when
-// the attempt failed). After Config.MaxAttempts the message is
+// the attempt failed). After Config.Pipeline.MaxAttempts the message is
 // dead-lettered the same way: a copy to Config.DeadLetterDestination with
-// receiver.HeaderDeadLetterReason, receiver.HeaderAttempts and
-// HeaderOriginalDestination, committed with the ACK of the original. A
-// delivery whose outcome is unknown (in flight elsewhere, store down) is
-// handed back the same way after a short backoff, with HeaderRequeues
-// counting hand-backs instead of attempts.
+// x-dead-letter-reason (Result.Reason), x-attempts and
+// HeaderOriginalDestination, committed with the ACK of the original. Only
+// a failed handler's delivery, whose effect was rolled back, is copied. A
+// delivery whose outcome is unknown (its key in flight here or on another
+// consumer, or the store unable to answer) and one whose handler succeeded
+// but whose confirm failed (its effect may have committed) are retried in
+// place after a backoff, keeping their own identity: a copy that another
+// consumer, or this one after a restart, could not authenticate would be
+// keyed by its own id and could be applied again once the other delivery
+// of its key completes.
+//
+// # Signed copies
+//
+// Any producer can set x-original-key and x-attempts, so the consumer
+// honours them only on its own copies: each copy it makes (retry, dead
+// letter, cut record) carries an HMAC-SHA256, in the header
+// x-copy-signature, of the key and attempts it carries and of a SHA-256 of
+// its body, under Config.CopySecret. On a delivery whose signature does not
+// verify, those headers are removed before the pipeline and key functions
+// see it: it is keyed by its own id and its attempts count from one. So a
+// producer cannot give its message another message's key (which would
+// make that message a "duplicate", acknowledged unhandled), nor make its
+// message dead-letter after one failure, and a signature moved onto
+// another body is worthless.
+//
+// Without Config.CopySecret each Consumer signs with a random secret of
+// its own: a copy made before a restart, or by another consumer of the
+// queue, is handled as a new message under its own id. A retry or dead
+// letter is made only when its delivery's handler failed or did not run,
+// so that copy does not repeat an effect of its own; but a copy handed
+// back because another delivery of its key was in flight, or because the
+// store could not answer, is a second instance of a message that may
+// complete elsewhere, and handled as new it applies that message again.
+// Consumers of one queue that need that never to happen (a durable Store
+// or an Inbox) should share one CopySecret, kept across restarts.
 //
 // Topic messages cannot be copied back to their destination (every
 // subscriber would receive the copy), so a topic delivery is retried in
@@ -110,10 +144,10 @@
 // consumer never holds its body. The handler does not see it: the
 // consumer sends a persistent record of it to Config.DeadLetterDestination,
 // carrying the kept headers, an empty body, HeaderBodyOmitted ("true"),
-// receiver.HeaderDeadLetterReason (which limit, and the body's size when
+// "x-dead-letter-reason" (which limit, and the body's size when
 // the broker sent a content-length), HeaderOriginalDestination and
 // HeaderOriginalMessageID; it logs it (without a body) and counts it in
-// Stats.Oversized and Stats.DeadLettersSent. What happens to the original
+// Stats.Oversized and Stats.DeadLetters. What happens to the original
 // depends on the broker's persistent header:
 //
 //   - persistent:true: once the record is committed (confirmed by its

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 )
@@ -97,6 +97,15 @@ const drainWait = 2 * time.Minute
 // no selector is needed and what it finds is the test's own.
 func drain(t testing.TB, addr, dest string, quiet time.Duration) []map[string]string {
 	t.Helper()
+	return drainAtLeast(t, addr, dest, 0, quiet)
+}
+
+// drainAtLeast is drain that waits up to drainWait for the first want
+// messages before it starts waiting quiet for more: a message the test
+// expects, such as one of many megabytes on a loaded broker, may take
+// longer than quiet to arrive.
+func drainAtLeast(t testing.TB, addr, dest string, want int, quiet time.Duration) []map[string]string {
+	t.Helper()
 	c := rawDial(t, addr)
 	defer c.Disconnect()
 	sub, err := c.Subscribe(dest, stomp.AckClientIndividual, stomp.SubscribeOpt.Header("activemq.prefetchSize", "100"))
@@ -107,7 +116,11 @@ func drain(t testing.TB, addr, dest string, quiet time.Duration) []map[string]st
 	deadline := time.NewTimer(drainWait)
 	defer deadline.Stop()
 	for {
-		idle := time.NewTimer(quiet)
+		wait := quiet
+		if len(got) < want {
+			wait = drainWait
+		}
+		idle := time.NewTimer(wait)
 		select {
 		case m, ok := <-sub.C:
 			idle.Stop()

@@ -10,9 +10,9 @@ var (
 	// subscription without a destination or handler, unreadable TLS files).
 	ErrConfig = errors.New("stompconsumer: invalid config")
 
-	// ErrConnect is returned by Run when no broker could be reached at
-	// start within Config.ConnectRetries attempts. The last dial error is
-	// included in the message.
+	// ErrConnect is returned by Run when Config.ConnectRetries is set and
+	// no broker could be reached at start within the first attempt and
+	// that many retries. The last dial error is included in the message.
 	ErrConnect = errors.New("stompconsumer: cannot connect")
 
 	// ErrRejected is returned when a broker answers CONNECT with an ERROR

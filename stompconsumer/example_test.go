@@ -38,9 +38,9 @@ func Example() {
 
 	c, err := stompconsumer.New(stompconsumer.Config{
 		Addresses: []string{"ssl://mq1.internal:61612", "ssl://mq2.internal:61612"},
-		Login:     "orders", Passcode: os.Getenv("MQ_PASSWORD"),
-		CAFile: "/etc/ssl/mq-ca.pem",
-		Store:  store,
+		Login:     "orders",
+		Passcode:  os.Getenv("MQ_PASSWORD"),
+		CAFile:    "/etc/ssl/mq-ca.pem",
 		Subscriptions: []stompconsumer.Subscription{{
 			Destination: "/queue/orders",
 			Handler: func(ctx context.Context, m *receiver.Message) error {
@@ -52,17 +52,18 @@ func Example() {
 		}},
 		Concurrency:           4,
 		Prefetch:              50,
-		MaxAttempts:           5,
-		RetryBackoff:          stompconsumer.Backoff{Initial: 200 * time.Millisecond, Max: 30 * time.Second},
 		DeadLetterDestination: "/queue/orders.DLQ",
-		Logger:                slog.Default(), // the passcode never reaches it
+		Pipeline: receiver.Config{Store: store, MaxAttempts: 5,
+			Logger:  slog.Default(), // the passcode never reaches it
+			Backoff: receiver.Backoff{Initial: 200 * time.Millisecond, Max: 30 * time.Second}},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
 	// Run returns nil after a graceful stop, or why it could not run:
-	// ErrConnect (no broker within ConnectRetries), ErrRejected (wrong
-	// credentials), ErrTLS (certificate not trusted).
+	// ErrRejected (wrong credentials), ErrTLS (certificate not trusted),
+	// or ErrConnect (no broker within ConnectRetries, when it is set; by
+	// default Run keeps trying until ctx is done).
 	if err := c.Run(ctx); err != nil {
 		if errors.Is(err, stompconsumer.ErrRejected) {
 			log.Fatalf("check the broker credentials: %v", err)
@@ -85,21 +86,4 @@ func ExampleConfig_String() {
 	// Output:
 	// false false
 	// stompconsumer.Config{Addresses:[tcp://app:xxxxx@127.0.0.1:61613] Login:"app" Passcode:xxxxx
-}
-
-// ExampleCarriedKey: a retry copy gets a new message-id from the broker,
-// but it carries the original's key, and that is the key it is audited
-// under.
-func ExampleCarriedKey() {
-	key := stompconsumer.CarriedKey(receiver.HeaderKey("message-id"))
-	first := &receiver.Message{Headers: map[string]string{"message-id": "ID:vm-1-17-3:3:-1:1:7"}}
-	retry := &receiver.Message{Headers: map[string]string{"message-id": "ID:vm-1-17-3:9:-1:1:2",
-		receiver.HeaderOriginalKey: "ID:vm-1-17-3:3:-1:1:7"}}
-	k1, _ := key(first)
-	k2, _ := key(retry)
-	fmt.Println(k1)
-	fmt.Println(k2)
-	// Output:
-	// ID:vm-1-17-3:3:-1:1:7
-	// ID:vm-1-17-3:3:-1:1:7
 }

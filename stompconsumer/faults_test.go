@@ -28,7 +28,7 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	produced := time.Since(start)
 
 	px := newProxy(t, addr)
-	store := idempotency.NewMemory(idempotency.Options{ClaimTTL: 30 * time.Second})
+	store := memStore(t, idempotency.Options{ClaimTTL: 30 * time.Second})
 	l := newLedger()
 	l.delay = time.Millisecond // so cuts catch handlers mid-run
 	newConsumer := func() *Consumer {
@@ -37,11 +37,9 @@ func TestFaultsExactlyOnce(t *testing.T) {
 			Subscriptions:         []Subscription{{Destination: q, Handler: l.handler(0.10, 0)}},
 			Prefetch:              50,
 			Concurrency:           4,
-			MaxAttempts:           12,
-			RetryBackoff:          Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond},
-			ReconnectBackoff:      Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
-			Store:                 store,
+			ReconnectBackoff:      receiver.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 			DeadLetterDestination: dlq,
+			Pipeline:              receiver.Config{MaxAttempts: 12, Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}, Store: store},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -99,7 +97,7 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	t.Logf("handler calls=%d injected failures=%d applied=%d", l.calls.Load(), l.fails.Load(), l.count())
 	for i, x := range []struct {
 		m receiver.Snapshot
-		s Stats
+		s receiver.TransportStats
 	}{{m1, s1}, {m2, s2}} {
 		t.Logf("consumer %d: delivered=%d redelivered=%d processed=%d dup(audit=%d store=%d in-flight=%d) retries=%d retry-copies=%d dead-lettered=%d reconnects=%d dropped=%d stale-acks=%d",
 			i+1, x.m.Delivered, x.m.Redelivered, x.m.Processed, x.m.DuplicatesAudit, x.m.DuplicatesStore, x.m.DuplicatesInFlight,

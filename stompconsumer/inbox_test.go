@@ -73,11 +73,9 @@ func TestInboxExactlyOnce(t *testing.T) {
 			Subscriptions:         []Subscription{{Destination: q, Handler: handler}},
 			Prefetch:              50,
 			Concurrency:           4,
-			MaxAttempts:           12,
-			RetryBackoff:          Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond},
-			ReconnectBackoff:      Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
-			Inbox:                 ib,
+			ReconnectBackoff:      receiver.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 			DeadLetterDestination: dlq,
+			Pipeline:              receiver.Config{MaxAttempts: 12, Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}, Inbox: ib},
 		})
 		if err != nil {
 			t.Fatal(err)

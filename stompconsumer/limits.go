@@ -86,13 +86,13 @@ type limitReader struct {
 
 func newLimitReader(src io.Reader, maxHeader, maxBody int) *limitReader {
 	if maxHeader <= 0 {
-		maxHeader = DefaultMaxHeaderBytes
+		maxHeader = defaultMaxHeaderBytes
 	}
 	if maxHeader < minHeaderBytes {
 		maxHeader = minHeaderBytes
 	}
 	if maxBody <= 0 {
-		maxBody = DefaultMaxBodyBytes
+		maxBody = defaultMaxBodyBytes
 	}
 	return &limitReader{src: src, maxHeader: maxHeader, maxBody: maxBody, buf: make([]byte, 16<<10)}
 }

@@ -26,7 +26,7 @@ func TestConfigInFlight(t *testing.T) {
 	}{
 		{"default: one handler, in order", Config{}, Subscription{}, 1},
 		{"one handler, large prefetch", Config{Prefetch: 500}, Subscription{}, 1},
-		{"several handlers: the prefetch window", Config{Concurrency: 4}, Subscription{}, DefaultPrefetch},
+		{"several handlers: the prefetch window", Config{Concurrency: 4}, Subscription{}, defaultPrefetch},
 		{"more handlers than prefetch", Config{Concurrency: 8, Prefetch: 4}, Subscription{}, 8},
 		{"subscription's own concurrency", Config{}, Subscription{Concurrency: 3, Prefetch: 30}, 30},
 		{"config value", Config{Concurrency: 4, InFlight: 10}, Subscription{}, 10},
@@ -39,7 +39,7 @@ func TestConfigInFlight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg
-			cfg.MemoryOnly, cfg.Addresses = true, []string{"h"}
+			cfg.Pipeline.MemoryOnly, cfg.Addresses = true, []string{"h"}
 			sub := tc.sub
 			sub.Destination, sub.Handler = "/queue/a", h
 			cfg.Subscriptions = []Subscription{sub}
@@ -88,14 +88,17 @@ func TestPipelineDepth(t *testing.T) {
 	const n = 300
 	produce(t, addr, qa, tag, n, nil)
 	produce(t, addr, qb, tag, n, nil)
-	store := idempotency.NewMemory(idempotency.Options{})
+	store := memStore(t, idempotency.Options{})
 	defer store.Close()
 	p := &peaks{now: map[string]int{}, peak: map[string]int{}}
 	var mu sync.Mutex
 	var order []string
 	la, lb := newLedger(), newLedger()
 	ha, hb := la.handler(0, 0), lb.handler(0, 0)
-	c, err := New(Config{Store: store, Addresses: []string{addr}, Prefetch: 50, DeadLetterDestination: noDeadLetters(t, addr),
+	c, err := New(Config{
+		Addresses:             []string{addr},
+		Prefetch:              50,
+		DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{
 			{Destination: qa, Handler: func(ctx context.Context, m *receiver.Message) error {
 				p.enter("a")
@@ -111,7 +114,8 @@ func TestPipelineDepth(t *testing.T) {
 				time.Sleep(time.Millisecond) // long enough for the others to pile up at the gate
 				return hb(ctx, m)
 			}},
-		}})
+		},
+		Pipeline: receiver.Config{Store: store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +163,7 @@ func TestClaimedAheadStopAndCut(t *testing.T) {
 			tag := uniq("tag")
 			const n, concurrency = 20, 2
 			produce(t, addr, q, tag, n, nil)
-			store := idempotency.NewMemory(idempotency.Options{})
+			store := memStore(t, idempotency.Options{})
 			defer store.Close()
 			px := newProxy(t, addr)
 			l := newLedger()
@@ -179,10 +183,14 @@ func TestClaimedAheadStopAndCut(t *testing.T) {
 				return apply(ctx, m)
 			}
 			dlq := noDeadLetters(t, addr)
-			c, err := New(Config{Store: store, Addresses: []string{px.Addr()}, Prefetch: n, Concurrency: concurrency, DeadLetterDestination: dlq,
-				ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
-				RetryBackoff:     Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
-				Subscriptions:    []Subscription{{Destination: q, Handler: h}}})
+			c, err := New(Config{
+				Addresses:             []string{px.Addr()},
+				Prefetch:              n,
+				Concurrency:           concurrency,
+				DeadLetterDestination: dlq,
+				ReconnectBackoff:      receiver.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond},
+				Subscriptions:         []Subscription{{Destination: q, Handler: h}},
+				Pipeline:              receiver.Config{Store: store, Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,8 +211,13 @@ func TestClaimedAheadStopAndCut(t *testing.T) {
 					t.Fatalf("%d applied before the stop, want the %d running", l.count(), concurrency)
 				}
 				// The next consumer over the same store.
-				c2, err := New(Config{Store: store, Addresses: []string{addr}, Prefetch: n, Concurrency: concurrency, DeadLetterDestination: dlq,
-					Subscriptions: []Subscription{{Destination: q, Handler: apply}}})
+				c2, err := New(Config{
+					Addresses:             []string{addr},
+					Prefetch:              n,
+					Concurrency:           concurrency,
+					DeadLetterDestination: dlq,
+					Subscriptions:         []Subscription{{Destination: q, Handler: apply}},
+					Pipeline:              receiver.Config{Store: store}})
 				if err != nil {
 					t.Fatal(err)
 				}

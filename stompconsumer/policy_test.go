@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/copyhdr"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-stomp/stomp/v3/frame"
 )
@@ -44,13 +45,10 @@ func TestDuplicatePolicies(t *testing.T) {
 			var calls []bool // Duplicate flag per call on key 7
 			var hooked atomic.Int64
 			var done atomic.Int64
-			c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, KeyHeader: "x-idem-key", DuplicatePolicy: tt.policy,
+			c, err := New(Config{
+				Addresses:             []string{addr},
+				KeyHeader:             "x-idem-key",
 				DeadLetterDestination: dlq,
-				OnDuplicate: func(_ context.Context, m *receiver.Message, reason string) {
-					if tt.policy == receiver.DuplicateHook {
-						hooked.Add(1)
-					}
-				},
 				Subscriptions: []Subscription{{Destination: q, Handler: func(_ context.Context, m *receiver.Message) error {
 					if m.Header("x-idem-key") == "producer-B:7" {
 						mu.Lock()
@@ -59,7 +57,12 @@ func TestDuplicatePolicies(t *testing.T) {
 					}
 					done.Add(1)
 					return nil
-				}}}})
+				}}},
+				Pipeline: receiver.Config{MemoryOnly: true, Duplicates: tt.policy, OnDuplicate: func(_ context.Context, m *receiver.Message, reason string) {
+					if tt.policy == receiver.DuplicateHook {
+						hooked.Add(1)
+					}
+				}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +90,7 @@ func TestDuplicatePolicies(t *testing.T) {
 				t.Errorf("dead-letter destination holds %d, want %d", len(dl), tt.wantDLQ)
 			}
 			for _, h := range dl {
-				if !strings.HasPrefix(h[receiver.HeaderDeadLetterReason], "duplicate:") || h["x-idem-key"] != "producer-B:7" {
+				if !strings.HasPrefix(h[copyhdr.DeadLetterReason], "duplicate:") || h["x-idem-key"] != "producer-B:7" {
 					t.Errorf("dead letter %v", h)
 				}
 			}
@@ -160,9 +163,14 @@ func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 		}
 	}
 	l := newLedger()
-	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, MaxBodyBytes: maxBody, MaxHeaderBytes: maxHeader,
-		KeyHeader: "x-idem-key", DeadLetterDestination: dlq,
-		Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
+	c, err := New(Config{
+		Addresses:             []string{addr},
+		MaxBodyBytes:          maxBody,
+		MaxHeaderBytes:        maxHeader,
+		KeyHeader:             "x-idem-key",
+		DeadLetterDestination: dlq,
+		Subscriptions:         []Subscription{{Destination: q, Handler: l.handler(0, 0)}},
+		Pipeline:              receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,10 +183,10 @@ func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if s := c.Stats(); s.Oversized != uint64(big) || s.DeadLettersSent != uint64(big) {
-		t.Errorf("oversized %d, dead letters sent %d; want %d each", s.Oversized, s.DeadLettersSent, big)
+	if s := c.Stats(); s.Oversized != uint64(big) || s.DeadLetters != uint64(big) {
+		t.Errorf("oversized %d, dead letters sent %d; want %d each", s.Oversized, s.DeadLetters, big)
 	}
-	dl := drain(t, addr, dlq, time.Second)
+	dl := drainAtLeast(t, addr, dlq, big, time.Second)
 	records := map[string]map[string]string{}
 	for _, h := range dl {
 		if records[h["x-idem-key"]] != nil {
@@ -213,10 +221,10 @@ func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 		if h[HeaderOriginalMessageID] == "" {
 			t.Errorf("%s: record has no %s", tc.key, HeaderOriginalMessageID)
 		}
-		if r := h[receiver.HeaderDeadLetterReason]; !strings.HasPrefix(r, "oversized:") || !strings.Contains(r, tc.reason) {
+		if r := h[copyhdr.DeadLetterReason]; !strings.HasPrefix(r, "oversized:") || !strings.Contains(r, tc.reason) {
 			t.Errorf("%s: reason %q, want an oversized %s", tc.key, r, tc.reason)
 		}
-		if h[HeaderOriginalDestination] != q || h[receiver.HeaderOriginalKey] != tc.key || h["persistent"] != "true" {
+		if h[HeaderOriginalDestination] != q || h[copyhdr.OriginalKey] != tc.key || h["persistent"] != "true" {
 			t.Errorf("%s: record headers %v; want origin %s, its key and persistent", tc.key, short(h), q)
 		}
 		if _, ok := h["x-fat"]; ok {
@@ -236,7 +244,13 @@ func runOversized(t *testing.T, maxHeader, maxBody int, cases []oversizedCase) {
 	// dead-letter queue for q; the non-persistent ones it would have
 	// discarded on a NACK, so they must not have been NACKed.
 	full := map[string]map[string]string{}
-	bdl := drain(t, addr, brokerDLQ(q), time.Second)
+	var persistentBig int
+	for _, tc := range cases {
+		if tc.reason != "" && tc.persistent {
+			persistentBig++
+		}
+	}
+	bdl := drainAtLeast(t, addr, brokerDLQ(q), persistentBig, time.Second)
 	for _, h := range bdl {
 		if full[h["x-idem-key"]] != nil {
 			t.Errorf("two copies of %s in %s", h["x-idem-key"], brokerDLQ(q))

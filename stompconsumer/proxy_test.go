@@ -3,7 +3,7 @@ package stompconsumer
 import (
 	"testing"
 
-	"github.com/acemq/msgaudit/internal/tcpproxy"
+	"github.com/acemq/msgaudit/internal/testkit/tcpproxy"
 )
 
 // proxy is a TCP forwarder between the consumer and the broker. Cut closes

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/copyhdr"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/redis/go-redis/v9"
 )
@@ -78,9 +79,11 @@ func TestCompetingConsumersSharedStore(t *testing.T) {
 				}
 				return err
 			}}},
-			Prefetch: 20, Concurrency: 2, MaxAttempts: 12, Store: store, DeadLetterDestination: dlq,
-			RetryBackoff:     Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond},
-			ReconnectBackoff: Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+			Prefetch:              20,
+			Concurrency:           2,
+			DeadLetterDestination: dlq,
+			ReconnectBackoff:      receiver.Backoff{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+			Pipeline:              receiver.Config{MaxAttempts: 12, Store: store, Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -142,18 +145,23 @@ func TestTopicSubscribers(t *testing.T) {
 			return h(ctx, m)
 		}
 	}
-	backoff := Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond}
-	x, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff,
+	backoff := receiver.Backoff{Initial: time.Millisecond, Max: 10 * time.Millisecond}
+	x, err := New(Config{
+		Addresses:             []string{addr},
 		DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{
 			{Destination: topic, Name: "sub-a", Handler: handler(0)},
 			{Destination: topic, Name: "sub-b", Handler: handler(1), Concurrency: 3},
-		}})
+		},
+		Pipeline: receiver.Config{MemoryOnly: true, MaxAttempts: 12, Backoff: backoff}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, MaxAttempts: 12, RetryBackoff: backoff, DeadLetterDestination: noDeadLetters(t, addr),
-		Subscriptions: []Subscription{{Destination: topic, Handler: handler(2)}}})
+	y, err := New(Config{
+		Addresses:             []string{addr},
+		DeadLetterDestination: noDeadLetters(t, addr),
+		Subscriptions:         []Subscription{{Destination: topic, Handler: handler(2)}},
+		Pipeline:              receiver.Config{MemoryOnly: true, MaxAttempts: 12, Backoff: backoff}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,21 +222,24 @@ func TestDeadLetterPaths(t *testing.T) {
 	l := newLedger()
 	var poisonCalls atomic.Int64
 	h := l.handler(0, 0)
-	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, KeyHeader: "x-idem-key", MaxAttempts: 3, DeadLetterDestination: dlq,
-		RetryBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+	c, err := New(Config{
+		Addresses:             []string{addr},
+		KeyHeader:             "x-idem-key",
+		DeadLetterDestination: dlq,
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			if string(m.Body) == "11" {
 				poisonCalls.Add(1)
 				return fmt.Errorf("cannot apply message 11")
 			}
 			return h(ctx, m)
-		}}}})
+		}}},
+		Pipeline: receiver.Config{MemoryOnly: true, MaxAttempts: 3, Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := runConsumer(t, c)
 	waitFor(t, 30*time.Second, "good messages applied", func() bool { return l.count() >= n-4 })
-	waitFor(t, 30*time.Second, "dead letters sent", func() bool { return c.Stats().DeadLettersSent >= 4 })
+	waitFor(t, 30*time.Second, "dead letters sent", func() bool { return c.Stats().DeadLetters >= 4 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -247,15 +258,15 @@ func TestDeadLetterPaths(t *testing.T) {
 			t.Errorf("message %s was not dead-lettered", body)
 			continue
 		}
-		if !strings.HasPrefix(h[receiver.HeaderDeadLetterReason], reason) {
-			t.Errorf("message %s: reason %q, want %s", body, h[receiver.HeaderDeadLetterReason], reason)
+		if !strings.HasPrefix(h[copyhdr.DeadLetterReason], reason) {
+			t.Errorf("message %s: reason %q, want %s", body, h[copyhdr.DeadLetterReason], reason)
 		}
 		if h[HeaderOriginalDestination] != q || h[testTag] != tag || h["persistent"] != "true" {
 			t.Errorf("message %s: headers not carried: %v", body, h)
 		}
 	}
-	if h := got["11"]; h != nil && h[receiver.HeaderAttempts] != "3" {
-		t.Errorf("max-attempts dead letter carries %s=%q, want 3", receiver.HeaderAttempts, h[receiver.HeaderAttempts])
+	if h := got["11"]; h != nil && h[copyhdr.Attempts] != "3" {
+		t.Errorf("max-attempts dead letter carries %s=%q, want 3", copyhdr.Attempts, h[copyhdr.Attempts])
 	}
 	if p := poisonCalls.Load(); p != 3 {
 		t.Errorf("the failing handler ran %d times, want MaxAttempts = 3", p)
@@ -288,8 +299,10 @@ func TestHandlerPanics(t *testing.T) {
 	l := newLedger()
 	var mu sync.Mutex
 	seen := map[string]bool{}
-	c, err := New(Config{MemoryOnly: true, Addresses: []string{addr}, Concurrency: 4, DeadLetterDestination: noDeadLetters(t, addr),
-		RetryBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+	c, err := New(Config{
+		Addresses:             []string{addr},
+		Concurrency:           4,
+		DeadLetterDestination: noDeadLetters(t, addr),
 		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
 			mu.Lock()
 			first := !seen[string(m.Body)]
@@ -300,7 +313,8 @@ func TestHandlerPanics(t *testing.T) {
 			}
 			l.apply(string(m.Body))
 			return nil
-		}}}})
+		}}},
+		Pipeline: receiver.Config{MemoryOnly: true, Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,27 +359,34 @@ func (s *flakyStore) Confirm(ctx context.Context, c idempotency.Claim) error {
 }
 
 // TestStoreDown: while the store cannot answer, no handler runs and no
-// delivery is acknowledged as done — each is handed back (a copy
-// committed with its ACK); once the store is back every message is
-// applied exactly once and nothing is dead-lettered.
+// delivery is acknowledged as done — each is retried in place, never
+// copied (a copy another consumer cannot authenticate would be keyed by
+// its own id and could apply a message twice); once the store is back
+// every message is applied exactly once and nothing is dead-lettered.
 func TestStoreDown(t *testing.T) {
 	addr := stompAddr(t)
 	q := "/queue/" + uniq("msgaudit.storedown")
 	dlq := "/queue/" + uniq("msgaudit.storedown.dlq")
 	tag := uniq("tag")
 	const n = 40
-	store := &flakyStore{Store: idempotency.NewMemory(idempotency.Options{})}
+	store := &flakyStore{Store: memStore(t, idempotency.Options{})}
 	store.down.Store(true)
 	l := newLedger()
-	c, err := New(Config{Addresses: []string{addr}, Store: store, Concurrency: 4, MaxAttempts: 2, DeadLetterDestination: dlq,
-		RetryBackoff:  Backoff{Initial: 2 * time.Millisecond, Max: 50 * time.Millisecond},
-		Subscriptions: []Subscription{{Destination: q, Handler: l.handler(0, 0)}}})
+	c, err := New(Config{
+		Addresses:             []string{addr},
+		Concurrency:           4,
+		DeadLetterDestination: dlq,
+		Subscriptions:         []Subscription{{Destination: q, Handler: l.handler(0, 0)}},
+		Pipeline:              receiver.Config{Store: store, MaxAttempts: 2, Backoff: receiver.Backoff{Initial: 2 * time.Millisecond, Max: 50 * time.Millisecond}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := runConsumer(t, c)
 	produce(t, addr, q, tag, n, nil)
-	waitFor(t, 30*time.Second, "hand-backs while the store is down", func() bool { return c.Stats().RetriesSent >= 3*n })
+	waitFor(t, 30*time.Second, "retries in place while the store is down", func() bool { return c.Stats().LocalRetries >= 3*n })
+	if sent := c.Stats().RetriesSent; sent != 0 {
+		t.Fatalf("%d copies sent while the store was down; want retries in place only", sent)
+	}
 	if got := l.calls.Load(); got != 0 {
 		t.Fatalf("the handler ran %d times while the store was down", got)
 	}
@@ -385,5 +406,5 @@ func TestStoreDown(t *testing.T) {
 		t.Errorf("queue not empty: %d", len(left))
 	}
 	checkBrokerDLQ(t, addr, q)
-	t.Logf("store calls %d, hand-backs %d, metrics %+v", store.calls.Load(), c.Stats().RetriesSent, c.Metrics().Snapshot())
+	t.Logf("store calls %d, retries in place %d, copies %d, metrics %+v", store.calls.Load(), c.Stats().LocalRetries, c.Stats().RetriesSent, c.Metrics().Snapshot())
 }

@@ -19,30 +19,26 @@ func TestStoreChoice(t *testing.T) {
 	t.Parallel()
 	var nilSQLite *sqlitestore.Store // what an unchecked Open error can leave in a variable
 	var nilStore idempotency.Store   // what `store, _ := idempotency.Open(…)` leaves on an error
-	rcv, err := receiver.New(receiver.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem := idempotency.NewMemory(idempotency.Options{})
+	mem := memStore(t, idempotency.Options{})
 	defer mem.Close()
 	for _, tt := range []struct {
 		name       string
 		store      idempotency.Store
 		memoryOnly bool
-		receiver   *receiver.Receiver
 		want       string // "" = New succeeds
 	}{
-		{"nil store, no choice", nilStore, false, nil, "no Store or Inbox"},
-		{"typed-nil store", nilSQLite, false, nil, "Store is a nil *sqlitestore.Store"},
-		{"typed-nil store and MemoryOnly", nilSQLite, true, nil, "Store is a nil *sqlitestore.Store"},
-		{"store and MemoryOnly", mem, true, nil, "both Store and MemoryOnly"},
-		{"store", mem, false, nil, ""},
-		{"MemoryOnly", nil, true, nil, ""},
-		{"prebuilt receiver", nil, false, rcv, ""},
+		{"nil store, no choice", nilStore, false, "no Store, Inbox or Selectors"},
+		{"typed-nil store", nilSQLite, false, "Store is a nil *sqlitestore.Store"},
+		{"typed-nil store and MemoryOnly", nilSQLite, true, "Store is a nil *sqlitestore.Store"},
+		{"store and MemoryOnly", mem, true, "MemoryOnly set together with a Store or an Inbox"},
+		{"store", mem, false, ""},
+		{"MemoryOnly", nil, true, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := New(Config{Addresses: []string{"h:1"}, Store: tt.store, MemoryOnly: tt.memoryOnly, Receiver: tt.receiver,
-				Subscriptions: []Subscription{{Destination: "/queue/a", Handler: nopHandler}}})
+			c, err := New(Config{
+				Addresses:     []string{"h:1"},
+				Subscriptions: []Subscription{{Destination: "/queue/a", Handler: nopHandler}},
+				Pipeline:      receiver.Config{Store: tt.store, MemoryOnly: tt.memoryOnly}})
 			if tt.want == "" {
 				if err != nil || c == nil {
 					t.Fatalf("New: %v, want a consumer", err)
@@ -70,7 +66,7 @@ func TestGuaranteeLogged(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens: Run fails fast with ErrConnect
-	mem := idempotency.NewMemory(idempotency.Options{})
+	mem := memStore(t, idempotency.Options{})
 	defer mem.Close()
 	for _, tt := range []struct {
 		name       string
@@ -78,14 +74,17 @@ func TestGuaranteeLogged(t *testing.T) {
 		memoryOnly bool
 		want       string
 	}{
-		{"memory only", nil, true, "level=WARN msg=\"stompconsumer: memory-only duplicate detection (Config.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again\""},
+		{"memory only", nil, true, "level=WARN msg=\"stompconsumer: memory-only duplicate detection (Pipeline.MemoryOnly): duplicates are absorbed while this process runs, across reconnects; after a restart, or on another consumer, a redelivery of finished work is applied again\""},
 		{"durable", mem, false, "level=INFO msg=\"stompconsumer: durable duplicate detection: finished work is recognised across restarts"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var logs syncBuffer
-			c, err := New(Config{Addresses: []string{addr}, Store: tt.store, MemoryOnly: tt.memoryOnly,
-				ConnectRetries: 1, ConnectTimeout: time.Second, Logger: debugLogger(&logs),
-				Subscriptions: []Subscription{{Destination: "/queue/a", Handler: nopHandler}}})
+			c, err := New(Config{
+				Addresses:      []string{addr},
+				ConnectRetries: 1,
+				ConnectTimeout: time.Second,
+				Subscriptions:  []Subscription{{Destination: "/queue/a", Handler: nopHandler}},
+				Pipeline:       receiver.Config{Logger: debugLogger(&logs), Store: tt.store, MemoryOnly: tt.memoryOnly}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,4 +101,15 @@ func TestGuaranteeLogged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// memStore returns a Memory with options o, failing tb if NewMemory refuses
+// them.
+func memStore(tb testing.TB, o idempotency.Options) *idempotency.Memory {
+	tb.Helper()
+	m, err := idempotency.NewMemory(o)
+	if err != nil {
+		tb.Fatalf("NewMemory(%+v): %v", o, err)
+	}
+	return m
 }

@@ -3,6 +3,7 @@ package stompconsumer
 import (
 	"context"
 	"errors"
+	"github.com/acemq/msgaudit/receiver"
 	"net"
 	"sync"
 	"testing"
@@ -55,9 +56,12 @@ func fakeTLSPeer(t *testing.T, hold bool) string {
 func TestTLSDropIsRetried(t *testing.T) {
 	t.Parallel()
 	addr := fakeTLSPeer(t, false)
-	c, err := New(Config{MemoryOnly: true, Addresses: []string{"ssl://" + addr}, ConnectRetries: 2,
-		ReconnectBackoff: Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
-		Subscriptions:    []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
+	c, err := New(Config{
+		Addresses:        []string{"ssl://" + addr},
+		ConnectRetries:   2,
+		ReconnectBackoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Subscriptions:    []Subscription{{Destination: "/queue/x", Handler: nopHandler}},
+		Pipeline:         receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +79,11 @@ func TestTLSDropIsRetried(t *testing.T) {
 func TestStopDuringTLSHandshake(t *testing.T) {
 	t.Parallel()
 	addr := fakeTLSPeer(t, true)
-	c, err := New(Config{MemoryOnly: true, Addresses: []string{"ssl://" + addr}, ConnectRetries: -1,
-		Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}}})
+	c, err := New(Config{
+		Addresses:      []string{"ssl://" + addr},
+		ConnectRetries: -1,
+		Subscriptions:  []Subscription{{Destination: "/queue/x", Handler: nopHandler}},
+		Pipeline:       receiver.Config{MemoryOnly: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/acemq/msgaudit/bench"
-	"github.com/acemq/msgaudit/internal/benchkit"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/bench"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/benchkit"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -112,6 +112,13 @@ type benchTargetOK struct {
 	Met    bool   `json:"met"`
 }
 
+// Bounds of bench's flags: -count at most 100 rounds, -benchtime at most a
+// minute per benchmark.
+const (
+	maxBenchRounds = 100
+	maxBenchTime   = time.Minute
+)
+
 // runBench is the "msgaudit bench" subcommand.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -122,7 +129,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	var (
 		quick     = fs.Bool("quick", false, "the quick profile (under 30 s on 2 cores): main cells, inorder sweeps, scaling pair")
-		benchtime = fs.Duration("benchtime", 0, "target time per benchmark (default 60ms quick, 1s full)")
+		benchtime = fs.Duration("benchtime", 0, "target time per benchmark, at most 1m (default 60ms quick, 1s full)")
 		run       = fs.String("run", "", "only cases whose name matches this `regexp`")
 		jsonOut   = fs.String("json", "", "write the results as JSON to `FILE`")
 		pngOut    = fs.String("png", "", "write a chart of ns/op against depth and producers to `FILE` (PNG)")
@@ -132,7 +139,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		quiet     = fs.Bool("quiet", false, "no progress bar")
 		progress  = fs.Bool("progress", false, "show the progress bar even when stderr is not a terminal")
 		from      = fs.String("from", "", "do not measure: print (and chart, --png) the results saved in `FILE` by --json")
-		rounds    = fs.Int("count", 1, "measure every case this many times, interleaved, keeping the fastest (3 steadies a loaded machine)")
+		rounds    = fs.Int("count", 1, "measure every case this many times (at most 100), interleaved, keeping the fastest (3 steadies a loaded machine)")
 		check     = fs.Bool("check", false, "exit 1 when a performance target is missed or none could be evaluated (also with --from)")
 	)
 	if code, stop := parseFlags(fs, args, stderr); stop {
@@ -157,11 +164,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			*benchtime = 60 * time.Millisecond
 		}
 	}
-	if *rounds < 1 {
-		return usageError(stderr, "bench", "-count must be at least 1, got %d", *rounds)
+	if *rounds < 1 || *rounds > maxBenchRounds {
+		return usageError(stderr, "bench", "-count must be in 1..%d, got %d", maxBenchRounds, *rounds)
 	}
 	if *benchtime < 0 {
 		return usageError(stderr, "bench", "-benchtime must be positive, got %v", *benchtime)
+	}
+	if *benchtime > maxBenchTime {
+		return usageError(stderr, "bench", "-benchtime must be at most %v, got %v", maxBenchTime, *benchtime)
 	}
 	var re *regexp.Regexp
 	if *run != "" {

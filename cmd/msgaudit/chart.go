@@ -17,7 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/acemq/msgaudit/internal/benchkit"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/benchkit"
 )
 
 // chartStyle is how one implementation is drawn and named in the legend.

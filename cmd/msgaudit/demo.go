@@ -18,9 +18,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/acemq/msgaudit/brokermodel"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/brokermodel"
 	"github.com/acemq/msgaudit/idempotency"
-	"github.com/acemq/msgaudit/internal/tcpproxy"
+	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/testkit/tcpproxy"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 	"github.com/schollz/progressbar/v3"
@@ -35,7 +36,7 @@ const demoKeyHeader = "x-demo-key"
 type demoConfig struct {
 	n, producers, workers, prefetch int
 	guard, store                    string
-	stomp                           string
+	stomp, nats                     string
 	queue                           string
 	failRate, panicRate             float64
 	kills, cuts, replays, replayN   int
@@ -75,11 +76,29 @@ demo, NOT a broker. It lives in the parent process, which serves it to the
 consumer over a unix socket: a killed consumer's connection closes, and
 everything it had not acknowledged is redelivered. Real deployments use a
 real broker: pass -stomp host:port[,host:port...] to run the same demo
-against ActiveMQ over STOMP (failover replays are then produced by the
-connection cuts and kills themselves).
+against ActiveMQ over STOMP, or -nats nats://host:port against NATS
+JetStream (failover replays are then produced by the connection cuts and
+kills themselves). With -nats the demo creates a work-queue stream named
+after -queue ("/queue/a.b" gives "a_b") and its dead-letter stream, and
+deletes both at the end.
+
+Limits: -n and -replay-size at most 1000000; -producers and -workers at
+most 1024; -prefetch at most 65536; -kills, -cuts, -replays, -restarts and
+-max-attempts at most 1000. -timeout bounds the whole run, set-up included;
+SIGINT and SIGTERM stop it at any point.
 
 Flags:
 `
+
+// Bounds of the demo's flags. The broker model holds every message sent
+// and not yet consumed, so -n bounds its memory (a few hundred bytes a
+// message).
+const (
+	maxDemoN        = 1_000_000 // -n, -replay-size
+	maxDemoConc     = 1024      // -producers, -workers
+	maxDemoPrefetch = 65536     // -prefetch
+	maxDemoFaults   = 1000      // -kills, -cuts, -replays, -restarts, -max-attempts
+)
 
 func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	var c demoConfig
@@ -92,17 +111,18 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.StringVar(&c.guard, "guard", guardInbox, "duplicate guard: inbox | store | none (see above)")
 	fs.StringVar(&c.store, "store", "", "with -guard store: memory | sqlite:PATH | redis://... | postgres://... (default: SQLite in the run's temp dir)")
 	fs.StringVar(&c.stomp, "stomp", "", "ActiveMQ STOMP address(es), comma-separated; empty = the in-process broker MODEL")
+	fs.StringVar(&c.nats, "nats", "", "NATS JetStream URL (nats://host:port); empty = the in-process broker MODEL")
 	fs.StringVar(&c.queue, "queue", "", "queue name (default /queue/msgaudit.demo.<random>)")
 	fs.Float64Var(&c.failRate, "fail-rate", 0.10, "probability that a handler attempt returns an error")
 	fs.Float64Var(&c.panicRate, "panic-rate", 0.01, "probability that a handler attempt panics")
 	fs.IntVar(&c.kills, "kills", 5, "times the consumer process is killed with SIGKILL (at random points) and restarted")
-	fs.IntVar(&c.cuts, "cuts", 3, "connection cuts while deliveries are in the consumer (-stomp: a TCP proxy in front of the broker drops them)")
+	fs.IntVar(&c.cuts, "cuts", 3, "connection cuts while deliveries are in the consumer (-stomp, -nats: a TCP proxy in front of the broker drops them)")
 	fs.IntVar(&c.replays, "replays", 3, "failover replays (model only)")
 	fs.IntVar(&c.replayN, "replay-size", 100, "recently delivered messages copied per replay (model only)")
 	fs.IntVar(&c.restarts, "restarts", 1, "graceful consumer restarts from the persisted audit snapshot")
 	fs.IntVar(&c.maxAttempts, "max-attempts", 10, "handler attempts before a message is dead-lettered")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the injected faults")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up (and count what is missing as lost) after this long")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up (and count what is missing as lost) after this long, set-up included")
 	fs.BoolVar(&c.progress, "progress", demoIsTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -113,29 +133,37 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 		return c, err
 	}
 	positive := []struct {
-		name string
-		v    int
-	}{{"-n", c.n}, {"-producers", c.producers}, {"-workers", c.workers}, {"-prefetch", c.prefetch}, {"-max-attempts", c.maxAttempts}}
+		name   string
+		v, max int
+	}{{"-n", c.n, maxDemoN}, {"-producers", c.producers, maxDemoConc}, {"-workers", c.workers, maxDemoConc},
+		{"-prefetch", c.prefetch, maxDemoPrefetch}, {"-max-attempts", c.maxAttempts, maxDemoFaults}}
 	for _, f := range positive {
 		if f.v <= 0 {
 			return c, fmt.Errorf("%s must be positive, got %d", f.name, f.v)
 		}
+		if f.v > f.max {
+			return c, fmt.Errorf("%s must be at most %d, got %d", f.name, f.max, f.v)
+		}
 	}
 	nonNegative := []struct {
-		name string
-		v    int
-	}{{"-kills", c.kills}, {"-cuts", c.cuts}, {"-replays", c.replays}, {"-replay-size", c.replayN}, {"-restarts", c.restarts}}
+		name   string
+		v, max int
+	}{{"-kills", c.kills, maxDemoFaults}, {"-cuts", c.cuts, maxDemoFaults}, {"-replays", c.replays, maxDemoFaults},
+		{"-replay-size", c.replayN, maxDemoN}, {"-restarts", c.restarts, maxDemoFaults}}
 	for _, f := range nonNegative {
 		if f.v < 0 {
 			return c, fmt.Errorf("%s must be >= 0, got %d", f.name, f.v)
+		}
+		if f.v > f.max {
+			return c, fmt.Errorf("%s must be at most %d, got %d", f.name, f.max, f.v)
 		}
 	}
 	switch {
 	case fs.NArg() > 0:
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	case c.failRate < 0 || c.failRate >= 1:
+	case !(c.failRate >= 0 && c.failRate < 1):
 		return c, fmt.Errorf("-fail-rate must be in [0, 1), got %v", c.failRate)
-	case c.panicRate < 0 || c.panicRate >= 1:
+	case !(c.panicRate >= 0 && c.panicRate < 1):
 		return c, fmt.Errorf("-panic-rate must be in [0, 1), got %v", c.panicRate)
 	case c.failRate+c.panicRate >= 1:
 		return c, fmt.Errorf("-fail-rate + -panic-rate must be below 1, got %v + %v", c.failRate, c.panicRate)
@@ -145,6 +173,8 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 		return c, fmt.Errorf("-guard must be inbox, store or none, got %q", c.guard)
 	case c.store != "" && c.guard != guardStore:
 		return c, fmt.Errorf("-store is only used with -guard store (got -guard %s)", c.guard)
+	case c.stomp != "" && c.nats != "":
+		return c, errors.New("-stomp and -nats name two brokers; pick one")
 	case c.queue != "" && !strings.HasPrefix(c.queue, "/queue/"):
 		return c, fmt.Errorf("-queue must start with /queue/, got %q", c.queue)
 	}
@@ -295,7 +325,6 @@ type demoRun struct {
 	stderr  io.Writer
 	ledger  *demoLedger // the parent's read-only view of the consumer's ledger
 	proc    *demoProcs
-	keys    []string        // every demo key sent
 	dlq     map[string]bool // demo keys found in the dead-letter queue at the end
 	sent    atomic.Uint64
 	cuts    atomic.Uint64
@@ -303,9 +332,36 @@ type demoRun struct {
 	// finished is when every message was accounted for (the clock stops
 	// there; shutdown and the final accounting are not throughput).
 	finished time.Time
+	// sig is the run's context without -timeout: the final accounting
+	// (the drains of a real broker included) runs after a timeout too.
+	sig context.Context
 }
 
+// demoKeys calls f with every demo key, producer by producer: producer p
+// sends keys p, p+producers, ... of 0..n-1 (they are never all held).
+func demoKeys(n, producers int, f func(key string)) {
+	for p := range producers {
+		for i := p; i < n; i += producers {
+			f(demoKey(p, i))
+		}
+	}
+}
+
+func demoKey(p, i int) string { return fmt.Sprintf("p%d-%d", p, i) }
+
+// demo runs the demo. cfg.timeout bounds everything up to the final
+// accounting, which only signals (ctx) stop.
 func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, error) {
+	rep, err := demoRunTimed(ctx, cfg, stderr)
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("-timeout %v passed: %w", cfg.timeout, err)
+	}
+	return rep, err
+}
+
+func demoRunTimed(sig context.Context, cfg demoConfig, stderr io.Writer) (demoReport, error) {
+	ctx, cancel := context.WithTimeout(sig, cfg.timeout)
+	defer cancel()
 	dir, err := os.MkdirTemp("", "msgaudit-demo-")
 	if err != nil {
 		return demoReport{}, err
@@ -333,13 +389,13 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 		st, err := idempotency.Open(ctx, storeURL, idempotency.Options{})
 		if errors.Is(err, idempotency.ErrUnsupportedURL) {
 			return rep, fmt.Errorf("-store %q: unsupported (want memory, sqlite:PATH, redis://..., rediss://..., redis+cluster://..., redis+sentinel://..., postgres://... or postgresql://...)",
-				idempotency.RedactURL(storeURL))
+				redact.URL(storeURL))
 		}
 		if err != nil {
-			return rep, fmt.Errorf("-store %s: %s", idempotency.RedactURL(storeURL), strings.TrimPrefix(err.Error(), "idempotency: "))
+			return rep, fmt.Errorf("-store %s: %s", redact.URL(storeURL), strings.TrimPrefix(err.Error(), "idempotency: "))
 		}
 		st.Close()
-		rep.guardDesc = "store (connection audit + idempotency store " + idempotency.RedactURL(storeURL) + ", committed apart from the ledger)"
+		rep.guardDesc = "store (connection audit + idempotency store " + redact.URL(storeURL) + ", committed apart from the ledger)"
 	}
 	led, err := openDemoLedger(filepath.Join(dir, "ledger.db"))
 	if err != nil {
@@ -355,17 +411,12 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 		return rep, err
 	}
 	defer ctl.Close()
-	d := &demoRun{cfg: cfg, dir: dir, stderr: stderr, ledger: led}
+	d := &demoRun{cfg: cfg, dir: dir, stderr: stderr, ledger: led, sig: sig}
 	d.proc = &demoProcs{exe: exe, dir: dir, ctl: ctl, stderr: &demoLockedWriter{w: stderr}, base: demoChildConfig{
 		Guard: cfg.guard, Queue: cfg.queue, ControlSock: ctl.Addr().String(), DB: filepath.Join(dir, "ledger.db"),
 		Store: storeURL, Namespace: "msgaudit-demo" + cfg.queue, Workers: cfg.workers, Prefetch: cfg.prefetch,
 		MaxAttempts: cfg.maxAttempts, FailRate: cfg.failRate, PanicRate: cfg.panicRate, Seed: cfg.seed, LoseKey: cfg.loseKey,
 	}}
-	for p := range cfg.producers {
-		for i := p; i < cfg.n; i += cfg.producers {
-			d.keys = append(d.keys, fmt.Sprintf("p%d-%d", p, i))
-		}
-	}
 	var bar *progressbar.ProgressBar
 	if cfg.progress {
 		bar = progressbar.NewOptions(cfg.n, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("applied or dead-lettered"),
@@ -373,10 +424,13 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 			progressbar.OptionShowIts(), progressbar.OptionSetItsString("msg"))
 	}
 	start := time.Now()
-	if cfg.stomp == "" {
-		err = d.runModel(ctx, &rep, bar)
-	} else {
+	switch {
+	case cfg.stomp != "":
 		err = d.runStomp(ctx, &rep, bar)
+	case cfg.nats != "":
+		err = d.runNATS(ctx, &rep, bar)
+	default:
+		err = d.runModel(ctx, &rep, bar)
 	}
 	d.proc.shutdown()
 	rep.elapsed = time.Since(start)
@@ -390,13 +444,13 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 	if err != nil {
 		return rep, err
 	}
-	if rep.applied, err = led.count(ctx); err != nil {
+	if rep.applied, err = led.count(sig); err != nil {
 		return rep, fmt.Errorf("ledger: %w", err)
 	}
-	if rep.twice, err = led.twice(ctx); err != nil {
+	if rep.twice, err = led.twice(sig); err != nil {
 		return rep, fmt.Errorf("ledger: %w", err)
 	}
-	inLedger, err := led.keys(ctx)
+	inLedger, err := led.keys(sig)
 	if err != nil {
 		return rep, fmt.Errorf("ledger: %w", err)
 	}
@@ -408,11 +462,11 @@ func demo(ctx context.Context, cfg demoConfig, stderr io.Writer) (demoReport, er
 	}
 	// Lost: keys sent but neither in the ledger nor in the dead-letter
 	// queue.
-	for _, k := range d.keys {
+	demoKeys(cfg.n, cfg.producers, func(k string) {
 		if !inLedger[k] && !d.dlq[k] {
 			rep.lost++
 		}
-	}
+	})
 	rep.dlqDepth = len(d.dlq)
 	return rep, nil
 }
@@ -444,7 +498,7 @@ func (d *demoRun) plan() []demoFault {
 	for _, at := range demoMilestones(d.cfg.cuts, 0.05, 0.9) {
 		fs = append(fs, demoFault{at, "cut"})
 	}
-	if d.cfg.stomp == "" {
+	if d.cfg.stomp == "" && d.cfg.nats == "" {
 		for _, at := range demoMilestones(d.cfg.replays, 0.1, 0.95) {
 			fs = append(fs, demoFault{at, "replay"})
 		}
@@ -472,8 +526,6 @@ func (d *demoRun) plan() []demoFault {
 // concludes so. deadLettered returns the dead letters so far.
 func (d *demoRun) drive(ctx context.Context, rep *demoReport, bar *progressbar.ProgressBar,
 	cut func(), replay func(), deadLettered func() int64, settled func(all bool) bool) error {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.timeout)
-	defer cancel()
 	snapshot := filepath.Join(d.dir, "audit.snapshot")
 	if err := d.proc.start(ctx, ""); err != nil {
 		return err
@@ -553,7 +605,7 @@ func (d *demoRun) drive(ctx context.Context, rep *demoReport, bar *progressbar.P
 // ---- the broker model ----
 
 func (d *demoRun) runModel(ctx context.Context, rep *demoReport, bar *progressbar.ProgressBar) error {
-	rep.mode = "the in-process broker MODEL (not a real broker; -stomp runs on ActiveMQ)"
+	rep.mode = "the in-process broker MODEL (not a real broker; -stomp runs on ActiveMQ, -nats on NATS JetStream)"
 	b := brokermodel.New(brokermodel.Options{})
 	defer b.Close()
 	ln, err := net.Listen("unix", filepath.Join(d.dir, "broker.sock"))
@@ -576,8 +628,8 @@ func (d *demoRun) runModel(ctx context.Context, rep *demoReport, bar *progressba
 				return
 			}
 			defer c.Close()
-			for i := p; i < d.cfg.n; i += d.cfg.producers {
-				key := fmt.Sprintf("p%d-%d", p, i)
+			for i := p; i < d.cfg.n && ctx.Err() == nil; i += d.cfg.producers {
+				key := demoKey(p, i)
 				_, err := c.Send(d.cfg.queue, []byte("payload of "+key), brokermodel.SendOptions{
 					Persistent: true, Headers: map[string]string{demoKeyHeader: key}})
 				if err != nil {
@@ -664,11 +716,11 @@ func (d *demoRun) runStomp(ctx context.Context, rep *demoReport, bar *progressba
 	default:
 	}
 	if err == nil {
-		d.dlq, err = demoDrainStomp(ctx, strings.TrimSpace(addrs[0]), d.dlqName())
+		d.dlq, err = demoDrainStomp(d.sig, strings.TrimSpace(addrs[0]), d.dlqName())
 	}
 	if err == nil {
 		var left map[string]bool
-		left, err = demoDrainStomp(ctx, strings.TrimSpace(addrs[0]), d.cfg.queue)
+		left, err = demoDrainStomp(d.sig, strings.TrimSpace(addrs[0]), d.cfg.queue)
 		rep.leftOnBroker = len(left)
 	}
 	return err
@@ -750,8 +802,8 @@ func (d *demoRun) produceStomp(ctx context.Context, addr string, p int) error {
 	// A receipt every 100 messages (and on the last) confirms everything
 	// sent before it on this connection without a round trip per message.
 	var unconfirmed uint64
-	for i := p; i < d.cfg.n; i += d.cfg.producers {
-		key := fmt.Sprintf("p%d-%d", p, i)
+	for i := p; i < d.cfg.n && ctx.Err() == nil; i += d.cfg.producers {
+		key := demoKey(p, i)
 		opts := []func(*frame.Frame) error{stomp.SendOpt.Header("persistent", "true"), stomp.SendOpt.Header(demoKeyHeader, key)}
 		unconfirmed++
 		if unconfirmed == 100 || i+d.cfg.producers >= d.cfg.n {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/copyhdr"
+	"github.com/acemq/msgaudit/natsconsumer"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/acemq/msgaudit/stompconsumer"
 )
@@ -37,7 +39,8 @@ type demoChildConfig struct {
 	Queue       string
 	BrokerSock  string   // the broker model's socket (model runs)
 	Stomp       []string // STOMP addresses (-stomp runs: the parent's cuttable proxies)
-	DLQ         string   // STOMP dead-letter destination
+	NATS        string   // NATS URL (-nats runs: the parent's cuttable proxy)
+	DLQ         string   // STOMP dead-letter destination, NATS dead-letter subject
 	ControlSock string
 	DB          string // the ledger's SQLite file (and the inbox's)
 	Store       string // idempotency store URL (-guard store)
@@ -69,8 +72,9 @@ type demoConsumer struct {
 	cfg     demoChildConfig
 	ledger  *demoLedger
 	metrics *receiver.Metrics
-	audit   *connaudit.Audit // nil with -guard none
-	rcv     *receiver.Receiver
+	audit   *connaudit.Audit   // nil with -guard none
+	rcv     *receiver.Receiver // the model broker's pipeline
+	rc      receiver.Config    // the pipeline's configuration
 	handler receiver.Handler
 	stomp   atomic.Pointer[stompconsumer.Consumer]
 	ackLost atomic.Uint64
@@ -123,9 +127,12 @@ func demoChild(ctx context.Context, path string) error {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		if cfg.Stomp != nil {
+		switch {
+		case cfg.Stomp != nil:
 			done <- c.consumeStomp(cctx)
-		} else {
+		case cfg.NATS != "":
+			done <- c.consumeNATS(cctx)
+		default:
 			done <- c.consumeModel(cctx)
 		}
 	}()
@@ -179,11 +186,7 @@ func (c *demoConsumer) setup(ctx context.Context) error {
 	rc := receiver.Config{
 		Namespace: c.cfg.Namespace, MaxAttempts: c.cfg.MaxAttempts, Metrics: c.metrics,
 		// Retry fast: the demo's failures are injected, not overload.
-		Backoff: func(attempt int) time.Duration { return time.Duration(attempt) * time.Millisecond },
-	}
-	if c.cfg.Stomp != nil {
-		// Retry and dead-letter copies keep the key of their original.
-		rc.KeyFunc = stompconsumer.CarriedKey(func(m *receiver.Message) (string, error) { return m.Key, nil })
+		Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond},
 	}
 	if c.cfg.Guard != guardNone {
 		if c.audit, err = connaudit.New(connaudit.Options{}); err != nil {
@@ -225,7 +228,7 @@ func (c *demoConsumer) setup(ctx context.Context) error {
 		// No audit, no store, no inbox. The receiver still keeps its
 		// in-memory table of keys, but hands every duplicate it knows to
 		// the handler, which applies it again.
-		rc.Duplicates = receiver.DuplicateDeliver
+		rc.Duplicates, rc.MemoryOnly = receiver.DuplicateDeliver, true
 		c.handler = func(ctx context.Context, m *receiver.Message) error {
 			key, err := c.fault(m)
 			if err != nil || key == "" {
@@ -238,6 +241,10 @@ func (c *demoConsumer) setup(ctx context.Context) error {
 		}
 	default:
 		return fmt.Errorf("unknown guard %q", c.cfg.Guard)
+	}
+	c.rc = rc
+	if c.cfg.Stomp != nil || c.cfg.NATS != "" {
+		return nil // stompconsumer or natsconsumer builds the pipeline from c.rc
 	}
 	c.rcv, err = receiver.New(rc)
 	return err
@@ -364,7 +371,7 @@ func (c *demoConsumer) handleModel(ctx context.Context, mc *modelClient, f *wire
 			}
 			return
 		case receiver.DeadLetter:
-			if mc.deadLetter(f.Tag, receiver.DeadLetterHeaders(m, res), f.Body) != nil {
+			if mc.deadLetter(f.Tag, copyhdr.DeadLetter(m.Headers, m.IdempotencyKey(), res.Reason, res.Attempt), f.Body) != nil {
 				c.ackLost.Add(1)
 			}
 			return
@@ -393,17 +400,37 @@ func (c *demoConsumer) handleModel(ctx context.Context, mc *modelClient, f *wire
 // consumeStomp consumes the queue on ActiveMQ with stompconsumer.
 func (c *demoConsumer) consumeStomp(ctx context.Context) error {
 	sc, err := stompconsumer.New(stompconsumer.Config{
-		Addresses: c.cfg.Stomp, Receiver: c.rcv, Metrics: c.metrics,
+		Addresses: c.cfg.Stomp, Pipeline: c.rc,
 		Subscriptions: []stompconsumer.Subscription{{Destination: c.cfg.Queue, Handler: c.handler}},
-		Prefetch:      c.cfg.Prefetch, Concurrency: c.cfg.Workers, MaxAttempts: c.cfg.MaxAttempts,
-		RetryBackoff:          stompconsumer.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond},
+		Prefetch:      c.cfg.Prefetch, Concurrency: c.cfg.Workers,
 		DeadLetterDestination: c.cfg.DLQ,
+		CopySecret:            []byte("msgaudit demo copy secret, shared by its children"), // copies outlive a kill
 	})
 	if err != nil {
 		return err
 	}
 	c.stomp.Store(sc)
 	err = sc.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// consumeNATS consumes the demo's stream on NATS JetStream with
+// natsconsumer.
+func (c *demoConsumer) consumeNATS(ctx context.Context) error {
+	nc, err := natsconsumer.New(natsconsumer.Config{
+		URL: c.cfg.NATS, Stream: demoStreamName(c.cfg.Queue), Consumer: "msgaudit-demo",
+		DeadLetterSubject: c.cfg.DLQ, Handler: c.handler, Pipeline: c.rc,
+		Concurrency: c.cfg.Workers, InFlight: max(c.cfg.Workers, min(c.cfg.Prefetch, 4*c.cfg.Workers)),
+		// A killed consumer's deliveries come back after AckWait.
+		AckWait: 2 * time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	err = nc.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -23,7 +23,7 @@ func (c *demoConsumer) setupInbox(ctx context.Context, rc *receiver.Config) erro
 	if err != nil {
 		return fmt.Errorf("inbox: %w", err)
 	}
-	rc.Selectors = []receiver.Selector{ib}
+	rc.Inbox = ib
 	c.handler = inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
 		key, err := c.fault(m)
 		if err != nil || key == "" {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
 )
 
 // demoRow returns the value of a row of the demo's table.
@@ -253,5 +253,41 @@ func TestDemoStomp(t *testing.T) {
 	if demoRow(t, out, "lost") != 0 || demoRow(t, out, "applied twice") != 0 || demoRow(t, out, "left on the broker") != 0 ||
 		demoRow(t, out, "consumer kills") != 3 || !strings.Contains(out, "ActiveMQ") {
 		t.Fatalf("table:\n%s", out)
+	}
+}
+
+// TestDemoNATS runs the crash demo against real NATS JetStream
+// (MSGAUDIT_NATS_URL), with the inbox: nothing lost, nothing applied
+// twice, the stream empty at the end.
+func TestDemoNATS(t *testing.T) {
+	url := testenv.Getenv(t, "MSGAUDIT_NATS_URL", "NATS with JetStream")
+	code, out, errOut := runDemoTest(t, "-nats", url, "-n", "2000", "-kills", "3", "-cuts", "2")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if demoRow(t, out, "lost") != 0 || demoRow(t, out, "applied twice") != 0 || demoRow(t, out, "left on the broker") != 0 ||
+		demoRow(t, out, "consumer kills") != 3 || demoRow(t, out, "applied") != 2000 || !strings.Contains(out, "NATS JetStream") {
+		t.Fatalf("table:\n%s", out)
+	}
+}
+
+// TestDemoNATSHelpers pins how -nats and -queue map to the proxy's
+// upstream and the stream's name, and that credentials are not printed.
+func TestDemoNATSHelpers(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://127.0.0.1:4222": "127.0.0.1:4222", "nats://u:p@h:4333,nats://h2:4222": "h:4333", "nats://h": "h:4222",
+	} {
+		if got, err := demoNATSHost(in); err != nil || got != want {
+			t.Errorf("demoNATSHost(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := demoNATSHost("h:4222"); err == nil {
+		t.Error("demoNATSHost accepted an address without a scheme")
+	}
+	if got := demoStreamName("/queue/msgaudit.demo.12"); got != "msgaudit_demo_12" {
+		t.Errorf("demoStreamName = %q", got)
+	}
+	if got := demoRedactNATS("nats://u:s3cret@h:4222,nats://tok@h2:4222"); strings.Contains(got, "s3cret") || strings.Contains(got, "tok@") {
+		t.Errorf("demoRedactNATS shows a secret: %s", got)
 	}
 }

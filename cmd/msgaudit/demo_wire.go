@@ -46,7 +46,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/acemq/msgaudit/brokermodel"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/brokermodel"
 )
 
 // demoStatsEvery is how often a child reports its counters. A killed child's

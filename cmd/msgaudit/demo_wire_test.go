@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/msgaudit/brokermodel"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/brokermodel"
 	"pgregory.net/rapid"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/acemq/msgaudit/internal/benchkit"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/benchkit"
 )
 
 // TestMainUsage: the top-level command line's exit statuses and messages.
@@ -103,7 +103,7 @@ func TestTuneMessages(t *testing.T) {
 		{[]string{"-target", "x", trace}, 2, "msgaudit tune: invalid value \"x\" for flag -target: parse error" + hint},
 		{[]string{"-target", "2", trace}, 2, "msgaudit tune: -target 2: want a fraction in (0,1]" + hint},
 		{[]string{"-target", "0", trace}, 2, "msgaudit tune: -target 0: want a fraction in (0,1]" + hint},
-		{[]string{"-margin", "0.5", trace}, 2, "msgaudit tune: -margin 0.5: want a factor of at least 1" + hint},
+		{[]string{"-margin", "0.5", trace}, 2, "msgaudit tune: -margin 0.5: want a factor in [1, 1000]" + hint},
 		{[]string{"-workers", "-1", trace}, 2, "msgaudit tune: -workers -1: want 0 (GOMAXPROCS) or more" + hint},
 		{[]string{"-max-bad", "-1", trace}, 2, "msgaudit tune: -max-bad -1: want 0 or more" + hint},
 		{[]string{"-depths", "a", trace}, 2, "msgaudit tune: -depths \"a\": \"a\" is not an integer" + hint},
@@ -189,7 +189,7 @@ func TestBenchMessages(t *testing.T) {
 		stderr string // exact
 	}{
 		{[]string{"-bogus"}, 2, "msgaudit bench: flag provided but not defined: -bogus" + hint},
-		{[]string{"-count", "-1"}, 2, "msgaudit bench: -count must be at least 1, got -1" + hint},
+		{[]string{"-count", "-1"}, 2, "msgaudit bench: -count must be in 1..100, got -1" + hint},
 		{[]string{"-benchtime", "-1s"}, 2, "msgaudit bench: -benchtime must be positive, got -1s" + hint},
 		{[]string{"-run", "("}, 2, "msgaudit bench: -run: error parsing regexp: missing closing ): `(`" + hint},
 		{[]string{"-quiet", "-progress"}, 2, "msgaudit bench: -quiet and -progress contradict each other" + hint},

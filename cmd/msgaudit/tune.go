@@ -14,7 +14,7 @@ import (
 
 	"github.com/acemq/msgaudit/audit"
 	"github.com/acemq/msgaudit/bitsetbin"
-	"github.com/acemq/msgaudit/tune"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/tune"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -28,6 +28,12 @@ exact set of the ids, and recommends the smallest setting that catches
 every duplicate (or --target of them), with --margin.
 
 With --generate, writes a synthetic trace instead (FILE "-" = stdout).
+
+Limits: --margin is a factor in [1, 1000]; --depths and --caps list at
+most 64 values each; at most GOMAXPROCS workers run. Reading and replaying
+hold about 5 times the trace's size in memory, plus each worker's audit
+(the windows of one destination's producers). SIGINT and SIGTERM stop
+reading, generating and replaying.
 
 Flags:
 `
@@ -44,14 +50,14 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		depths   = fs.String("depths", "", "comma-separated window depths to try (default: powers of two up to twice the need)")
 		caps     = fs.String("caps", "", "comma-separated producer caps to try (default: powers of two up to twice the producers)")
 		target   = fs.Float64("target", 1, "fraction of the duplicates the setting must catch, in (0,1]")
-		margin   = fs.Float64("margin", tune.DefaultMargin, "factor applied to the exact needs for the recommendation (>= 1)")
+		margin   = fs.Float64("margin", tune.DefaultMargin, "factor applied to the exact needs for the recommendation, in [1, 1000]")
 		strict   = fs.Bool("strict", false, "fail on the first bad trace line instead of counting it")
 		maxBad   = fs.Int("max-bad", tune.DefaultMaxBadLines, "bad lines to list (all are counted)")
 		jsonOut  = fs.String("json", "", "also write the result as JSON to `FILE`")
 		grid     = fs.Bool("grid", false, "list every grid cell, not just the caught-percentage matrix")
 		quiet    = fs.Bool("quiet", false, "no progress bar")
 		progress = fs.Bool("progress", false, "show the progress bar even when stderr is not a terminal")
-		workers  = fs.Int("workers", 0, "cells replayed at once (default GOMAXPROCS)")
+		workers  = fs.Int("workers", 0, "cells replayed at once (default and at most GOMAXPROCS)")
 		generate = fs.String("generate", "", "write a synthetic trace to `FILE` (\"-\" = stdout) and exit")
 		gp       = fs.Int("producers", 64, "generate: producers, interleaved round-robin")
 		gc       = fs.Int("count", 100000, "generate: distinct messages")
@@ -80,7 +86,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case *gdest < 0:
 			return bad("-destinations %d: want 0 or more", *gdest)
 		}
-		return tuneGenerate(*generate, tune.GenerateOptions{Producers: *gp, Count: *gc, RedeliveryRate: *gr,
+		return tuneGenerate(ctx, *generate, tune.GenerateOptions{Producers: *gp, Count: *gc, RedeliveryRate: *gr,
 			Distance: dist, Destinations: *gdest, Seed: *gseed}, stdout, stderr)
 	}
 	if fs.NArg() > 1 {
@@ -91,8 +97,8 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case !(*target > 0 && *target <= 1):
 		return bad("-target %v: want a fraction in (0,1]", *target)
-	case !(*margin >= 1):
-		return bad("-margin %v: want a factor of at least 1", *margin)
+	case !(*margin >= 1 && *margin <= maxTuneMargin):
+		return bad("-margin %v: want a factor in [1, %d]", *margin, maxTuneMargin)
 	case *workers < 0:
 		return bad("-workers %d: want 0 (GOMAXPROCS) or more", *workers)
 	case *maxBad < 0:
@@ -100,10 +106,10 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case *quiet && *progress:
 		return bad("-quiet and -progress contradict each other")
 	}
-	if o.Depths, err = parseInts(*depths, 1, bitsetbin.MaxDepth); err != nil {
+	if o.Depths, err = parseInts(*depths, 1, bitsetbin.MaxDepth, maxTuneAxis); err != nil {
 		return bad("-depths %q: %v", *depths, err)
 	}
-	if o.Caps, err = parseInts(*caps, 1, audit.MaxProducersLimit); err != nil {
+	if o.Caps, err = parseInts(*caps, 1, audit.MaxProducersLimit, maxTuneAxis); err != nil {
 		return bad("-caps %q: %v", *caps, err)
 	}
 
@@ -116,7 +122,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		in, name = f, p
 	}
-	tr, err := tune.Read(in, tune.ReadOptions{Strict: *strict, MaxBadLines: *maxBad})
+	tr, err := tune.Read(ctx, in, tune.ReadOptions{Strict: *strict, MaxBadLines: *maxBad})
 	if err != nil {
 		return failure(stderr, "tune", fmt.Errorf("%s: %s", name, errText("tune", err)))
 	}
@@ -158,7 +164,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func tuneGenerate(path string, o tune.GenerateOptions, stdout, stderr io.Writer) int {
+func tuneGenerate(ctx context.Context, path string, o tune.GenerateOptions, stdout, stderr io.Writer) int {
 	w := stdout
 	if path != "-" {
 		f, err := os.Create(path)
@@ -168,7 +174,7 @@ func tuneGenerate(path string, o tune.GenerateOptions, stdout, stderr io.Writer)
 		defer f.Close()
 		w = f
 	}
-	st, err := tune.Generate(w, o)
+	st, err := tune.Generate(ctx, w, o)
 	if err != nil {
 		if errors.Is(err, tune.ErrOptions) {
 			return usageError(stderr, "tune", "%s", errText("tune", err))
@@ -185,13 +191,24 @@ func tuneGenerate(path string, o tune.GenerateOptions, stdout, stderr io.Writer)
 	return 0
 }
 
-// parseInts parses a comma-separated list of integers in [lo, hi].
-func parseInts(s string, lo, hi int) ([]int, error) {
+// The bounds tune.Replay enforces, checked here to name the flag.
+const (
+	maxTuneMargin = 1000
+	maxTuneAxis   = 64
+)
+
+// parseInts parses a comma-separated list of at most most integers in
+// [lo, hi].
+func parseInts(s string, lo, hi, most int) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
+	fields := strings.Split(s, ",")
+	if len(fields) > most {
+		return nil, fmt.Errorf("%d values, want at most %d", len(fields), most)
+	}
 	var v []int
-	for _, f := range strings.Split(s, ",") {
+	for _, f := range fields {
 		f = strings.TrimSpace(f)
 		n, err := strconv.Atoi(f)
 		if err != nil {

@@ -9,8 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/acemq/msgaudit/internal/benchkit"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/benchkit"
 )
 
 func runCmd(t *testing.T, f func(context.Context, []string, io.Writer, io.Writer) int, args ...string) (int, string, string) {
@@ -139,5 +140,42 @@ func TestTuneStdin(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "trace stdin: 3 lines, 3 messages, 1 duplicates") ||
 		!strings.Contains(stdout, "depth >= 1, max producers >= 1") {
 		t.Fatalf("%d\n%s\n%s", code, stdout, stderr)
+	}
+}
+
+// TestTuneInterruptedWhileReading: SIGINT (a cancelled context) stops tune
+// while it waits on a standard input that neither sends nor closes (not
+// parallel: it swaps os.Stdin).
+func TestTuneInterruptedWhileReading(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if _, err := w.WriteString(benchkit.ProducerKey(1) + ":1\n"); err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = old }()
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		code   int
+		stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		done <- result{runTune(ctx, []string{"--quiet", "-"}, &out, &errb), errb.String()}
+	}()
+	cancel()
+	select {
+	case res := <-done:
+		if res.code != exitFailure || !strings.Contains(res.stderr, "context canceled") {
+			t.Fatalf("exit %d, stderr %q; want 1 and context canceled", res.code, res.stderr)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("tune still reading standard input a minute after SIGINT")
 	}
 }

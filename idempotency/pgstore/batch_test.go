@@ -16,8 +16,8 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/pgstore"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // TestPostgresBatchMatchesSingle drives two stores on two tables with the
@@ -425,7 +425,7 @@ func TestPostgresBatchWholeFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(dead.Close)
-	ds, err := pgstore.New(ctx, dead, "t", idempotency.Options{})
+	ds, err := pgstore.New(ctx, dead, pgstore.Options{Table: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/pgstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // TestPostgresGroupConformance runs the store suite on the PostgreSQL
@@ -22,7 +22,7 @@ func TestPostgresGroupConformance(t *testing.T) {
 	var tables sync.Map // the Group's Store → its table
 	storetest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
 		s, _, table := newPostgresTestStore(t, o, nil, 8)
-		g := idempotency.Group(s, idempotency.GroupOptions{})
+		g := groupStore(t, s)
 		tables.Store(g, table)
 		t.Cleanup(func() { _ = g.Close() })
 		return g
@@ -33,11 +33,11 @@ func TestPostgresGroupConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table.(string)), o)
+			s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table.(string)), pgstore.Options{Options: o})
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
-			return idempotency.Group(s, idempotency.GroupOptions{})
+			return groupStore(t, s)
 		},
 	})
 }
@@ -59,10 +59,21 @@ func BenchmarkPostgresGroupPairs(b *testing.B) {
 				s, _, _ := newPostgresTestStore(b, idempotency.Options{}, &tr, 16)
 				var st idempotency.Store = s
 				if grouped {
-					st = idempotency.Group(s, idempotency.GroupOptions{})
+					st = groupStore(b, s)
 				}
 				storetestkit.BenchPairs(b, st, g, func() int64 { return tr.queries.Load() + tr.prepares.Load() })
 			})
 		}
 	}
+}
+
+// groupStore returns s wrapped in idempotency.Group with the default options,
+// failing tb if Group refuses them.
+func groupStore(tb testing.TB, s idempotency.Store) idempotency.Store {
+	tb.Helper()
+	g, err := idempotency.Group(s, idempotency.GroupOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g
 }

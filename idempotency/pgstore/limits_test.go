@@ -13,7 +13,9 @@ import (
 )
 
 // TestPostgresOptionBounds: the PostgreSQL store refuses, when it is
-// built, a MaxKeyLength above what its primary key index can hold.
+// built, a MaxKeyLength above what its primary key index can hold, an
+// empty msgaudit_table in a URL, and a msgaudit_table that disagrees with
+// Options.Table.
 func TestPostgresOptionBounds(t *testing.T) {
 	ctx := context.Background()
 	pool := idlePool(t)
@@ -23,11 +25,19 @@ func TestPostgresOptionBounds(t *testing.T) {
 		ok   bool
 	}{
 		{"postgres MaxKeyLength at the bound", func() error {
-			_, err := pgstore.New(ctx, pool, "t", idempotency.Options{MaxKeyLength: pgstore.MaxKeyLength})
+			_, err := pgstore.New(ctx, pool, pgstore.Options{Options: idempotency.Options{MaxKeyLength: pgstore.MaxKeyLength}, Table: "t"})
 			return err
 		}, true},
 		{"postgres MaxKeyLength 10 KB", func() error {
-			_, err := pgstore.New(ctx, pool, "t", idempotency.Options{MaxKeyLength: 10_000})
+			_, err := pgstore.New(ctx, pool, pgstore.Options{Options: idempotency.Options{MaxKeyLength: 10_000}, Table: "t"})
+			return err
+		}, false},
+		{"postgres URL with an empty table", func() error {
+			_, err := pgstore.Open(ctx, "postgres://127.0.0.1:1/none?sslmode=disable&msgaudit_table=", pgstore.Options{})
+			return err
+		}, false},
+		{"postgres URL table disagrees with Options.Table", func() error {
+			_, err := pgstore.Open(ctx, "postgres://127.0.0.1:1/none?sslmode=disable&msgaudit_table=a", pgstore.Options{Table: "b"})
 			return err
 		}, false},
 	}

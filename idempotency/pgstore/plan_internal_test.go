@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/msgaudit/idempotency"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
 )
 
 // TestBatchExecMode: the batch statements go out as unnamed statements,
@@ -68,7 +68,7 @@ func TestBatchPlansProbeTheKey(t *testing.T) {
 			t.Errorf("cleanup: drop %s: %v", table, err)
 		}
 	}()
-	p, err := New(ctx, pool, table, idempotency.Options{ClaimTTL: time.Hour, Retention: time.Hour})
+	p, err := New(ctx, pool, Options{Options: idempotency.Options{ClaimTTL: time.Hour, Retention: time.Hour}, Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/pgstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testenv"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // poolerURL returns MSGAUDIT_PGBOUNCER_URL (PgBouncer in transaction
@@ -39,7 +39,7 @@ func TestPostgresPoolerConformance(t *testing.T) {
 	var tables sync.Map // *pgstore.Store → its table
 	open := func(t *testing.T, o idempotency.Options) idempotency.Store {
 		table := "msgaudit_pooler_" + storetestkit.Hex(8)
-		s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table), o)
+		s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table), pgstore.Options{Options: o})
 		if err != nil {
 			t.Fatalf("Open through the pooler: %v", err)
 		}
@@ -57,7 +57,7 @@ func TestPostgresPoolerConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table.(string)), o)
+			s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table.(string)), pgstore.Options{Options: o})
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -89,7 +89,7 @@ func dropTable(t testing.TB, rawURL, table string) {
 func TestPostgresPoolerBatchConcurrent(t *testing.T) {
 	raw := poolerURL(t, "default_query_exec_mode=exec", "pool_max_conns=8")
 	table := "msgaudit_pooler_" + storetestkit.Hex(8)
-	s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table), idempotency.Options{})
+	s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table), pgstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestPostgresPoolerDefaultModeFails(t *testing.T) {
 	// the most recently used idle one), so the store's next statement runs
 	// on another server connection, where its cached name was never
 	// prepared.
-	s, err := pgstore.Open(ctx, storetestkit.WithQuery(raw, "pool_max_conns=1&msgaudit_table="+table), idempotency.Options{})
+	s, err := pgstore.Open(ctx, storetestkit.WithQuery(raw, "pool_max_conns=1&msgaudit_table="+table), pgstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

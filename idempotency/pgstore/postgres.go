@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,16 +17,31 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/pgpooler"
+	"github.com/acemq/msgaudit/internal/pgtable"
+	"github.com/acemq/msgaudit/internal/purgeloop"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
 
-// DefaultTable is the table of a PostgreSQL store opened by URL
-// without a msgaudit_table query parameter.
-const DefaultTable = "msgaudit_idempotency"
+// defaultTable is the table when neither Options.Table nor the URL names
+// one.
+const defaultTable = "msgaudit_idempotency"
 
-// DefaultPurgeBatch is the batch size Purge uses when given batch <= 0.
-const DefaultPurgeBatch = 1000
+// Options configures a PostgreSQL store. The zero value means every
+// default.
+type Options struct {
+	// Options are the settings every store shares. MaxKeyLength must not
+	// exceed MaxKeyLength.
+	idempotency.Options
+	// Table is the store's table: a plain identifier (letters, digits,
+	// '_'; at most 48 bytes), optionally qualified by a schema
+	// ("audit.idempotency"). It is quoted, so it is case-sensitive. A
+	// temporary schema (pg_temp, pg_temp_N) is refused: each connection of
+	// the pool would have its own table there. Empty means the URL's
+	// msgaudit_table parameter, else "msgaudit_idempotency"; when both are
+	// set they must agree.
+	Table string
+}
 
 // postgresTableParam is the query parameter of a postgres:// URL that names
 // the table. It is removed before the URL reaches pgx, which would send an
@@ -47,14 +63,9 @@ var postgresTableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?(
 // size exceeds maximum" instead of being hashed.
 const MaxKeyLength = 2048
 
-// postgresTempSchemaRE matches the schemas that are private to a session
-// (pg_temp, its numbered forms, their TOAST schemas), in any case: a table
-// there is not shared by the connections of a pool, nor by two consumers.
-var postgresTempSchemaRE = regexp.MustCompile(`(?i)^pg_(toast_)?temp(_[0-9]+)?$`)
-
 // Store is an idempotency.Store on one PostgreSQL table through pgx v5 (pgxpool):
 //
-//	key        text PRIMARY KEY   -- Key.StorageKey(MaxKeyLength)
+//	key        text PRIMARY KEY   -- the storage key (see Options.MaxKeyLength)
 //	state      text NOT NULL      -- 'claimed' or 'confirmed'
 //	owner      text               -- the claim's owner token; NULL once confirmed
 //	expires_at timestamptz NOT NULL -- end of the lease or of the retention
@@ -110,26 +121,39 @@ type Store struct {
 
 	sqlTryClaimBatch, sqlConfirmBatch, sqlReleaseBatch string
 	batchMode                                          pgx.QueryExecMode // see batchExecMode
+
+	purged purgeloop.Counters
+	purger *purgeloop.Loop
 }
 
-// New returns a store on table in pool. table is a plain identifier
-// (letters, digits, '_'; at most 48 bytes), optionally qualified by a schema
-// ("audit.idempotency"); it is quoted, so it is case-sensitive. A temporary
-// schema (pg_temp, pg_temp_N) is refused: each connection of the pool
-// would have its own table there. o.MaxKeyLength must not exceed
-// MaxKeyLength. New does no I/O: call Migrate once to create the table. The caller keeps
-// ownership of pool: Close leaves it open.
-func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Options) (*Store, error) {
+// New returns a store on opts.Table in pool. New does no I/O: call
+// Migrate once to create the table. The caller keeps ownership of pool:
+// Close leaves it open. New starts the automatic purge of expired rows
+// (Options.PurgeInterval, every hour by default; its first pass runs one
+// interval after New, and fails, logged and counted, if Migrate has not
+// created the table by then); Close stops it.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	p, err := newStore(ctx, pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.startPurge()
+	return p, nil
+}
+
+// newStore is New without starting the purge.
+func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if pool == nil {
 		return nil, errors.New("idempotency: pgstore.New: nil pool")
 	}
-	o, err := o.Normalize()
+	o, err := claimkit.Normalize(opts.Options)
 	if err != nil {
 		return nil, err
 	}
+	table := cmp.Or(opts.Table, defaultTable)
 	if o.MaxKeyLength > MaxKeyLength {
 		return nil, fmt.Errorf("%w: MaxKeyLength %d above the PostgreSQL store's %d (a longer key would not fit its primary key index)", idempotency.ErrOptions, o.MaxKeyLength, MaxKeyLength)
 	}
@@ -137,7 +161,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Op
 	if m == nil {
 		return nil, fmt.Errorf("idempotency: invalid PostgreSQL table name %q (want [schema.]name of letters, digits and '_', name at most 48 bytes)", table)
 	}
-	if postgresTempSchemaRE.MatchString(m[1]) {
+	if pgtable.TempSchema.MatchString(m[1]) {
 		return nil, fmt.Errorf("idempotency: PostgreSQL table %q is in a temporary schema: every pooled connection would see a table of its own, and nothing would be deduplicated", table)
 	}
 	ident := pgx.Identifier{m[2]}
@@ -156,7 +180,13 @@ func New(ctx context.Context, pool *pgxpool.Pool, table string, o idempotency.Op
 	p.batchMode = batchExecMode(cc.DefaultQueryExecMode, cc.DescriptionCacheCapacity)
 	p.buildSQL()
 	p.buildBatchSQL()
+	p.purger = purgeloop.Start(-1, "", nil, nil)
 	return p, nil
+}
+
+// startPurge starts the automatic purge (Options.PurgeInterval).
+func (p *Store) startPurge() {
+	p.purger = purgeloop.Start(p.o.PurgeInterval, "idempotency: postgres "+p.table, p.o.Logger, p.autoPurge)
 }
 
 // buildSQL writes the statements once; only the table name is spliced in,
@@ -234,22 +264,36 @@ WHERE key = $1 AND state = 'confirmed' AND expires_at > now())`
 	// purges never wait on or deadlock with claimers or each other. Locked
 	// rows are re-checked against the WHERE clause in their newest version,
 	// so a row taken over meanwhile is not deleted; the outer expires_at
-	// test says the same once more.
-	p.sqlPurge = `DELETE FROM ` + t + `
-WHERE key IN (
-  SELECT key FROM ` + t + `
-  WHERE expires_at <= now()
-  ORDER BY expires_at
-  LIMIT $1
-  FOR UPDATE SKIP LOCKED
-) AND expires_at <= now()`
+	// test says the same once more. $2 is where the batch starts: the
+	// newest expires_at the previous batch deleted. Starting the index
+	// scan there skips the entries of the rows earlier batches deleted,
+	// which stay in the index until VACUUM; from the oldest entry every
+	// batch would walk past all of them, and a purge of millions of rows
+	// would slow down batch after batch. It returns the rows deleted and
+	// the newest expires_at among them.
+	p.sqlPurge = `WITH d AS (
+  DELETE FROM ` + t + `
+  WHERE key IN (
+    SELECT key FROM ` + t + `
+    WHERE expires_at >= $2 AND expires_at <= now()
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+  ) AND expires_at <= now()
+  RETURNING expires_at
+)
+SELECT count(*), max(expires_at) FROM d`
 }
 
 // Migrate creates the table and its expires_at index if they do not exist.
 // It is idempotent and safe to run from several processes at once: it runs
 // in one transaction under a transaction-scoped advisory lock, because two
 // concurrent CREATE TABLE IF NOT EXISTS can otherwise both try to create the
-// table and one fails.
+// table and one fails. It then checks the table its name resolved to on
+// that connection and refuses a temporary one (an unqualified name under a
+// search_path that starts with pg_temp, which URL options can set) and an
+// unlogged one (emptied by crash recovery, absent on standbys): both lose
+// recorded keys, and a redelivery would be applied again.
 func (p *Store) Migrate(ctx context.Context) error {
 	if err := p.begin(ctx); err != nil {
 		return err
@@ -275,8 +319,18 @@ func (p *Store) migrate(ctx context.Context) error {
 )`); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `CREATE INDEX IF NOT EXISTS `+p.index+` ON `+p.table+` (expires_at)`)
-		return err
+		if _, err := tx.Exec(ctx, `CREATE INDEX IF NOT EXISTS `+p.index+` ON `+p.table+` (expires_at)`); err != nil {
+			return err
+		}
+		// Where the name resolved, on the connection that created it: an
+		// unqualified name under a search_path that starts with pg_temp
+		// makes a temporary table.
+		var schema, persistence string
+		err := tx.QueryRow(ctx, pgtable.Query, p.table).Scan(&schema, &persistence)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return pgtable.Check(p.table, err == nil, schema, persistence)
 	})
 }
 
@@ -288,8 +342,8 @@ func (p *Store) migrate(ctx context.Context) error {
 // sslmode (disable, prefer, require, verify-ca, verify-full), sslrootcert,
 // sslcert, sslkey, sslpassword, connect_timeout, pool_max_conns and the
 // other pgxpool settings, and PG* environment variables for what the URL
-// leaves out. The query parameter msgaudit_table names the table (default
-// DefaultTable) and is removed before pgx sees the URL. For a TLS
+// leaves out. The query parameter msgaudit_table names the table, as
+// Options.Table does, and is removed before pgx sees the URL. For a TLS
 // configuration a URL cannot express, build the pool with pgxpool.ParseConfig
 // and NewWithConfig and call New.
 //
@@ -297,7 +351,7 @@ func (p *Store) migrate(ctx context.Context) error {
 // does not verify the server, falling back to plaintext without a word;
 // require does not verify the server either. Use sslmode=verify-full (with
 // sslrootcert naming the CA, or sslrootcert=system) wherever the network
-// is not trusted. The effective mode (TLSMode) is logged once to
+// is not trusted. The effective mode is logged once to
 // Options.Logger, as a warning unless it is verify-full or verify-ca.
 //
 // Behind a pooler in transaction mode (PgBouncer without
@@ -308,11 +362,12 @@ func (p *Store) migrate(ctx context.Context) error {
 //
 // Errors name the URL with its password redacted; the password never
 // appears in them.
-func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, error) {
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	red := idempotency.RedactURL(rawURL)
+	o := opts.Options
+	red := redact.URL(rawURL)
 	if strings.Contains(rawURL, "://") {
 		if _, err := redact.ParseURL(rawURL); err != nil {
 			return nil, fmt.Errorf("idempotency: postgres: %w", err)
@@ -322,8 +377,13 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 	if err != nil {
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres URL %s: %w", red, err), rawURL)
 	}
-	if !found {
-		table = DefaultTable
+	switch {
+	case found && table == "":
+		return nil, fmt.Errorf("%w: postgres URL %s: empty %s", idempotency.ErrOptions, red, postgresTableParam)
+	case !found:
+		table = opts.Table
+	case opts.Table != "" && table != opts.Table:
+		return nil, fmt.Errorf("%w: postgres URL %s: %s=%q, but Options.Table is %q", idempotency.ErrOptions, red, postgresTableParam, table, opts.Table)
 	}
 	// pgx recognises only lowercase schemes; anything else it would parse
 	// as a keyword=value string.
@@ -339,7 +399,7 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 	if err != nil {
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres %s: %w", red, err), rawURL)
 	}
-	p, err := New(ctx, pool, table, o)
+	p, err := newStore(ctx, pool, Options{Options: o, Table: table})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -352,6 +412,7 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options) (*Store, er
 		}
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres %s: migrate: %w", red, err), rawURL)
 	}
+	p.startPurge()
 	return p, nil
 }
 
@@ -387,7 +448,7 @@ func (e *reasonError) Unwrap() error { return errors.Unwrap(e.err) }
 
 // openPostgresURL is Open's entry for postgres:// and postgresql:// URLs.
 func openPostgresURL(ctx context.Context, rawURL string, o idempotency.Options) (idempotency.Store, error) {
-	p, err := Open(ctx, rawURL, o)
+	p, err := Open(ctx, rawURL, Options{Options: o})
 	if err != nil {
 		return nil, err
 	}
@@ -539,7 +600,7 @@ func (p *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 
 // Purge deletes expired rows (lapsed claims and confirmations past their
 // retention) and returns how many. It works in batches of at most batch rows
-// (batch <= 0 means DefaultPurgeBatch), each its own short statement and
+// (batch <= 0 means Options.PurgeBatch), each its own short statement and
 // transaction that walks the expires_at index and skips locked rows, and
 // stops after the first short batch. Big tables are where cleanup hurts
 // (NServiceBus's SQL outbox cleanup deadlocks and times out on tens of
@@ -549,33 +610,56 @@ func (p *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 //
 // On an error or a cancelled ctx, Purge returns the rows deleted so far with
 // the error; the batches already done stay done.
-func (p *Store) Purge(ctx context.Context, batch int) (int64, error) {
-	if batch <= 0 {
-		batch = DefaultPurgeBatch
-	}
-	var total int64
-	for {
-		if err := p.begin(ctx); err != nil {
-			return total, err
-		}
-		tag, err := p.pool.Exec(ctx, p.sqlPurge, batch)
-		if err != nil {
-			return total, p.opError(ctx, "purge", err)
-		}
-		n := tag.RowsAffected()
-		total += n
-		if n < int64(batch) {
-			return total, nil
-		}
-	}
+func (p *Store) Purge(ctx context.Context, batch int) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { p.purged.Observe(n, time.Since(t0), err) }()
+	return p.purge(ctx, batch, purgeloop.Unpaced)
 }
 
-// Close marks the store closed (later calls return ErrClosed) and closes the
-// pool if the store created it (Open).
+// PurgeStats returns the counters of the store's purges, the automatic
+// ones and the calls of Purge.
+func (p *Store) PurgeStats() idempotency.PurgeStats {
+	runs, rows, errs, busy := p.purged.Load()
+	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
+}
+
+// purge is Purge without the counting; see purgeloop.Batches for pace.
+func (p *Store) purge(ctx context.Context, batch int, pace int) (int64, error) {
+	if batch <= 0 {
+		batch = p.o.PurgeBatch
+	}
+	var from time.Time // where the next batch starts (see buildSQL)
+	return purgeloop.Batches(ctx, batch, pace, func(ctx context.Context) (int64, error) {
+		if err := p.begin(ctx); err != nil {
+			return 0, err
+		}
+		var n int64
+		var last *time.Time
+		if err := p.pool.QueryRow(ctx, p.sqlPurge, batch, from).Scan(&n, &last); err != nil {
+			return 0, p.opError(ctx, "purge", err)
+		}
+		if last != nil {
+			from = *last
+		}
+		return n, nil
+	})
+}
+
+// autoPurge is the automatic purge: Purge, paced.
+func (p *Store) autoPurge(ctx context.Context) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { p.purged.Observe(n, time.Since(t0), err) }()
+	return p.purge(ctx, 0, purgeloop.Server)
+}
+
+// Close marks the store closed (later calls return ErrClosed), stops the
+// automatic purge (waiting for a purge in progress to stop at its next
+// statement) and closes the pool if the store created it (Open).
 func (p *Store) Close() error {
 	if p.closed.Swap(true) {
 		return nil
 	}
+	p.purger.Stop()
 	if p.ownsPool {
 		p.pool.Close()
 	}
@@ -616,7 +700,7 @@ func (p *Store) storageKey(key idempotency.Key) (string, error) {
 	if err := key.Validate(); err != nil {
 		return "", err
 	}
-	return key.StorageKey(p.o.MaxKeyLength), nil
+	return claimkit.StorageKey(key, p.o.MaxKeyLength), nil
 }
 
 // opError wraps a pgx error, with a hint when a transaction-mode pooler

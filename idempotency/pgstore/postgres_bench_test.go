@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/acemq/msgaudit/internal/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/storetest"

@@ -12,9 +12,10 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/pgstore"
-	"github.com/acemq/msgaudit/internal/pgrestart"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/claimkit"
+	"github.com/acemq/msgaudit/internal/testkit/pgrestart"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // restartKey is what the restart run knows about one key.
@@ -50,7 +51,7 @@ func restartRun(t *testing.T, in *pgrestart.Instance, mode string) {
 	table := "msgaudit_restart_" + storetestkit.Hex(8)
 	raw := storetestkit.WithQuery(in.URL, "pool_max_conns=8&connect_timeout=5&msgaudit_table="+table)
 	o := idempotency.Options{ClaimTTL: 2 * time.Second, Retention: time.Hour}
-	s, err := pgstore.Open(ctx, raw, o)
+	s, err := pgstore.Open(ctx, raw, pgstore.Options{Options: o})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +273,7 @@ func restartRun(t *testing.T, in *pgrestart.Instance, mode string) {
 		t.Fatal(err)
 	}
 	for i := range nkeys {
-		sk := keyOf(i).StorageKey(0)
+		sk := claimkit.StorageKey(keyOf(i), 0)
 		if got := inTable[sk]; state[i].acked && got != "confirmed" {
 			t.Errorf("key %d acknowledged as confirmed, but its row is %q", i, got)
 		}

@@ -7,13 +7,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// TLSMode names the TLS behaviour of a parsed pgx configuration, as
+// tlsMode names the TLS behaviour of a parsed pgx configuration, as
 // libpq's sslmode names it: "disable" (plaintext), "allow" (plaintext,
 // then TLS), "prefer" (TLS without verifying the server, then plaintext:
 // pgx's default when the URL names no sslmode), "require" (TLS without
 // verifying the server), "verify-ca" (the chain is verified, not the host
 // name) or "verify-full" (chain and host name: the recommended setting).
-func TLSMode(cfg *pgconn.Config) string {
+func tlsMode(cfg *pgconn.Config) string {
 	plainFallback, tlsFallback := false, false
 	for _, f := range cfg.Fallbacks {
 		if f.TLSConfig == nil {
@@ -45,7 +45,7 @@ func logPostgresTLS(ctx context.Context, log *slog.Logger, cfg *pgconn.Config, r
 	if log == nil {
 		return
 	}
-	mode := TLSMode(cfg)
+	mode := tlsMode(cfg)
 	switch mode {
 	case "verify-full", "verify-ca":
 		log.InfoContext(ctx, "idempotency: PostgreSQL TLS", "url", red, "sslmode", mode)

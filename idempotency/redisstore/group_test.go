@@ -10,8 +10,8 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // TestRedisGroupConformance runs the store suite on the Redis store
@@ -23,7 +23,7 @@ func TestRedisGroupConformance(t *testing.T) {
 	var prefixes sync.Map // the Group's Store → its prefix
 	storetest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
 		s, _, prefix := newRedisTestStore(t, o)
-		g := idempotency.Group(s, idempotency.GroupOptions{})
+		g := groupStore(t, s)
 		prefixes.Store(g, prefix)
 		t.Cleanup(func() { _ = g.Close() })
 		return g
@@ -34,11 +34,11 @@ func TestRedisGroupConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := redisstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
+			s, err := redisstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), redisstore.Options{Options: o})
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
-			return idempotency.Group(s, idempotency.GroupOptions{})
+			return groupStore(t, s)
 		},
 	})
 }
@@ -61,10 +61,21 @@ func BenchmarkRedisGroupPairs(b *testing.B) {
 				client.AddHook(&rt)
 				var st idempotency.Store = s
 				if grouped {
-					st = idempotency.Group(s, idempotency.GroupOptions{})
+					st = groupStore(b, s)
 				}
 				storetestkit.BenchPairs(b, st, g, rt.n.Load)
 			})
 		}
 	}
+}
+
+// groupStore returns s wrapped in idempotency.Group with the default options,
+// failing tb if Group refuses them.
+func groupStore(tb testing.TB, s idempotency.Store) idempotency.Store {
+	tb.Helper()
+	g, err := idempotency.Group(s, idempotency.GroupOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return g
 }

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -24,9 +25,26 @@ const (
 	redisClaimPrefix = "h:"
 )
 
-// DefaultPrefix is the key prefix of a Redis store opened by URL
-// without a msgaudit_prefix query parameter.
-const DefaultPrefix = "msgaudit:idempotency:"
+// defaultPrefix is the key prefix when neither Options.Prefix nor the URL
+// names one.
+const defaultPrefix = "msgaudit:idempotency:"
+
+// Options configures a Redis store. The zero value means every default.
+type Options struct {
+	// Options are the settings every store shares. MaxKeyLength must not
+	// exceed MaxKeyLength.
+	idempotency.Options
+	// Prefix starts every key the store writes (for example
+	// "orders:idempotency:"), so its keys never mix with what else the
+	// database holds. Empty means the URL's msgaudit_prefix parameter,
+	// else "msgaudit:idempotency:"; when both are set they must agree.
+	Prefix string
+	// TLS, for Open only, turns TLS on even for redis:// (for a custom CA
+	// or a client certificate); when its ServerName is empty the host of
+	// the URL's first address is used. New refuses it: TLS is the
+	// client's.
+	TLS *tls.Config
+}
 
 // redisPrefixParam is the query parameter of a redis:// URL that sets the
 // key prefix. It is removed before the URL reaches go-redis, which rejects
@@ -124,25 +142,29 @@ type Store struct {
 // sent and kept whole, so longer keys are hashed well before that.
 const MaxKeyLength = 64 << 10
 
-// New returns a store that keeps its keys under prefix (for example
-// "orders:idempotency:") in client. The prefix must not be empty (nor may
-// the URL's msgaudit_prefix be), and o.MaxKeyLength must not exceed
-// MaxKeyLength. The caller keeps ownership of client:
+// New returns a store that keeps its keys under opts.Prefix in client.
+// The caller keeps ownership of client:
 // Close leaves it open. New does no I/O; the first operation reports a
 // server that cannot be reached. Every operation checks its context before
 // sending; a context deadline also bounds a command in flight only when the
 // client was made with ContextTimeoutEnabled (otherwise its read and write
 // timeouts do).
-func New(client redis.UniversalClient, prefix string, o idempotency.Options) (*Store, error) {
+func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if client == nil {
 		return nil, errors.New("idempotency: redisstore.New: nil client")
 	}
-	if prefix == "" {
-		// As the metadata store: without a prefix the store's keys mix with
-		// whatever else the database holds.
-		return nil, fmt.Errorf("%w: empty Redis key prefix", idempotency.ErrOptions)
+	if opts.TLS != nil {
+		return nil, fmt.Errorf("%w: redisstore.New: Options.TLS is for Open; configure TLS on the client", idempotency.ErrOptions)
 	}
-	o, err := o.Normalize()
+	return newStore(client, cmp.Or(opts.Prefix, defaultPrefix), opts.Options)
+}
+
+// newStore is New with the prefix settled.
+func newStore(client redis.UniversalClient, prefix string, o idempotency.Options) (*Store, error) {
+	o, err := claimkit.Normalize(o)
 	if err != nil {
 		return nil, err
 	}
@@ -169,40 +191,44 @@ func New(client redis.UniversalClient, prefix string, o idempotency.Options) (*S
 //	redis+sentinel://[user:pass@]host:port[,host:port…]/MASTER[/db][?opts]
 //
 // (rediss+cluster://, rediss+sentinel:// for TLS). The query parameter
-// msgaudit_prefix sets the key prefix (default DefaultPrefix) in
-// every form.
+// msgaudit_prefix sets the key prefix in every form, as Options.Prefix
+// does; an empty one is an error.
 //
 // rediss://…?skip_verify=true (any TLS form) turns off the verification of the server's
 // certificate; the store then logs a warning to Options.Logger once.
 //
-// A non-nil tlsConfig (for a custom CA or a client certificate) turns TLS on
-// even for redis://; when its ServerName is empty the host of the URL's
-// first address is used.
+// A non-nil opts.TLS turns TLS on even for redis://.
 //
 // The client it creates honours context deadlines (go-redis's
 // ContextTimeoutEnabled), and the store owns it: Close closes it. Errors
 // name the URL with its password redacted; the password never appears in
 // them.
-func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *tls.Config) (*Store, error) {
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	red := idempotency.RedactURL(rawURL)
+	o := opts.Options
+	red := redact.URL(rawURL)
 	if _, err := redact.ParseURL(redisconn.OneHost(rawURL)); err != nil {
 		return nil, fmt.Errorf("idempotency: redis: %w", err)
 	}
-	clean, prefix, err := splitRedisURL(rawURL)
+	clean, prefix, found, err := storeconn.CutQueryParam(rawURL, redisPrefixParam)
 	if err != nil {
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: redis URL %s: %w", red, err), rawURL)
 	}
-	if prefix == "" {
+	switch {
+	case found && prefix == "":
 		return nil, fmt.Errorf("%w: redis URL %s: empty %s", idempotency.ErrOptions, red, redisPrefixParam)
+	case found && opts.Prefix != "" && prefix != opts.Prefix:
+		return nil, fmt.Errorf("%w: redis URL %s: %s=%q, but Options.Prefix is %q", idempotency.ErrOptions, red, redisPrefixParam, prefix, opts.Prefix)
+	case !found:
+		prefix = cmp.Or(opts.Prefix, defaultPrefix)
 	}
 	cfg, err := redisconn.Parse(clean)
 	if err != nil {
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: redis URL %s: %w", red, storeconn.UnwrapURLError(err)), rawURL)
 	}
-	cfg.SetTLS(tlsConfig)
+	cfg.SetTLS(opts.TLS)
 	logRedisTLS(ctx, o.Logger, cfg.TLS(), red)
 	// Honour the deadlines of the contexts passed to the store's methods,
 	// not only the client's fixed read and write timeouts.
@@ -215,7 +241,7 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 		}
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: redis %s: ping: %w", red, err), rawURL)
 	}
-	s, err := New(client, prefix, o)
+	s, err := newStore(client, prefix, o)
 	if err != nil {
 		_ = client.Close()
 		return nil, err
@@ -226,25 +252,11 @@ func Open(ctx context.Context, rawURL string, o idempotency.Options, tlsConfig *
 
 // openRedisURL is Open's entry for every Redis scheme.
 func openRedisURL(ctx context.Context, rawURL string, o idempotency.Options) (idempotency.Store, error) {
-	s, err := Open(ctx, rawURL, o, nil)
+	s, err := Open(ctx, rawURL, Options{Options: o})
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// splitRedisURL removes the msgaudit_prefix parameter from rawURL's query and
-// returns the remaining URL and the prefix. Only the query text is rewritten,
-// so the rest of the URL reaches go-redis unchanged.
-func splitRedisURL(rawURL string) (clean, prefix string, err error) {
-	clean, prefix, found, err := storeconn.CutQueryParam(rawURL, redisPrefixParam)
-	if err != nil {
-		return "", "", err
-	}
-	if !found {
-		prefix = DefaultPrefix
-	}
-	return clean, prefix, nil
 }
 
 // claim takes the key with SET NX PX claim TTL (the atomic two-state claim,
@@ -394,7 +406,7 @@ func (s *Store) storageKey(key idempotency.Key) (string, error) {
 	if err := key.Validate(); err != nil {
 		return "", err
 	}
-	return s.prefix + key.StorageKey(s.o.MaxKeyLength), nil
+	return s.prefix + claimkit.StorageKey(key, s.o.MaxKeyLength), nil
 }
 
 // opError wraps a client error. When ctx ended, the context's error is

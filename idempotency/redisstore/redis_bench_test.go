@@ -11,7 +11,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/internal/redisconn"
-	"github.com/acemq/msgaudit/internal/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
 )
 
 // BenchmarkRedisTryClaimConfirm: one try-claim + confirm pair per message
@@ -128,7 +128,7 @@ func BenchmarkClusterBatch(b *testing.B) {
 			b.Cleanup(func() { clusterDeletePrefix(b, client, prefix) })
 			var rt redisCounter
 			client.AddHook(&rt)
-			s, err := redisstore.New(client, prefix, idempotency.Options{})
+			s, err := redisstore.New(context.Background(), client, redisstore.Options{Prefix: prefix})
 			if err != nil {
 				b.Fatal(err)
 			}

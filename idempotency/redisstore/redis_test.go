@@ -17,7 +17,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/acemq/msgaudit/internal/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
 
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
@@ -26,8 +26,9 @@ import (
 	"github.com/acemq/msgaudit/idempotency/pgstore"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
-	"github.com/acemq/msgaudit/internal/testenv"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/claimkit"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // redisTestURL returns MSGAUDIT_REDIS_URL, skipping the test when it is unset
@@ -87,7 +88,7 @@ func redisDeletePrefix(t testing.TB, client redis.UniversalClient, prefix string
 func newRedisTestStore(t testing.TB, o idempotency.Options) (*redisstore.Store, *redis.Client, string) {
 	t.Helper()
 	client, prefix := redisTestClient(t)
-	s, err := redisstore.New(client, prefix, o)
+	s, err := redisstore.New(context.Background(), client, redisstore.Options{Options: o, Prefix: prefix})
 	if err != nil {
 		t.Fatalf("redisstore.New: %v", err)
 	}
@@ -132,7 +133,7 @@ func TestRedisConformance(t *testing.T) {
 			if !ok {
 				t.Fatalf("Reopen of a store the test did not open: %T", old)
 			}
-			s, err := redisstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), o, nil)
+			s, err := redisstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_prefix="+url.QueryEscape(prefix.(string))), redisstore.Options{Options: o})
 			if err != nil {
 				t.Fatalf("reopen: %v", err)
 			}
@@ -141,7 +142,7 @@ func TestRedisConformance(t *testing.T) {
 		Unreachable: func(t *testing.T, o idempotency.Options) idempotency.Store {
 			client := redis.NewClient(&redis.Options{Addr: storetestkit.ClosedAddr(t), MaxRetries: -1, DialerRetries: 1})
 			t.Cleanup(func() { _ = client.Close() })
-			s, err := redisstore.New(client, "p:", o)
+			s, err := redisstore.New(context.Background(), client, redisstore.Options{Options: o, Prefix: "p:"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,7 +232,7 @@ func TestRedisStorageLayout(t *testing.T) {
 	o := idempotency.Options{ClaimTTL: time.Hour, Retention: 48 * time.Hour}
 	s, client, prefix := newRedisTestStore(t, o)
 	key := idempotency.Key{Namespace: "orders", ID: "ID:host-1-2-3:1:1:1:7"}
-	rk := prefix + key.StorageKey(idempotency.DefaultMaxKeyLength)
+	rk := prefix + claimkit.StorageKey(key, claimkit.DefaultMaxKeyLength)
 
 	out, c, err := s.TryClaim(ctx, key)
 	if err != nil || out != idempotency.Claimed {
@@ -261,13 +262,13 @@ func TestRedisStorageLayout(t *testing.T) {
 	if err := s.Release(ctx, c2); err != nil {
 		t.Fatal(err)
 	}
-	if n := client.Exists(ctx, prefix+key2.StorageKey(0)).Val(); n != 0 {
+	if n := client.Exists(ctx, prefix+claimkit.StorageKey(key2, 0)).Val(); n != 0 {
 		t.Errorf("released key still exists")
 	}
 
 	// A value the store did not write is an error, never a verdict.
 	foreign := idempotency.Key{Namespace: "orders", ID: "foreign"}
-	if err := client.Set(ctx, prefix+foreign.StorageKey(0), "something else", time.Minute).Err(); err != nil {
+	if err := client.Set(ctx, prefix+claimkit.StorageKey(foreign, 0), "something else", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if out, _, err := s.TryClaim(ctx, foreign); err == nil {
@@ -291,7 +292,7 @@ func TestRedisOwnershipOfClient(t *testing.T) {
 		t.Errorf("TryClaim after Close: %v, want ErrClosed", err)
 	}
 
-	owned, err := redisstore.Open(ctx, redisTestURL(t), idempotency.Options{}, nil)
+	owned, err := redisstore.Open(ctx, redisTestURL(t), redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestRedisURLPrefix(t *testing.T) {
 	if strings.Contains(raw, "?") {
 		sep = "&"
 	}
-	s, err := redisstore.Open(ctx, raw+sep+"msgaudit_prefix="+prefix, idempotency.Options{}, nil)
+	s, err := redisstore.Open(ctx, raw+sep+"msgaudit_prefix="+prefix, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +324,7 @@ func TestRedisURLPrefix(t *testing.T) {
 	if _, _, err := s.TryClaim(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	if n := client.Exists(ctx, prefix+key.StorageKey(0)).Val(); n != 1 {
+	if n := client.Exists(ctx, prefix+claimkit.StorageKey(key, 0)).Val(); n != 1 {
 		t.Errorf("key not under the URL's prefix %q", prefix)
 	}
 }
@@ -337,7 +338,7 @@ func TestRedisUnreachable(t *testing.T) {
 	addr := storetestkit.ClosedAddr(t)
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialerRetries: 1})
 	defer client.Close()
-	s, err := redisstore.New(client, "p:", idempotency.Options{})
+	s, err := redisstore.New(ctx, client, redisstore.Options{Prefix: "p:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +362,7 @@ func TestRedisUnreachable(t *testing.T) {
 	if _, err := s.Renew(ctx, c); err == nil || errors.Is(err, idempotency.ErrClaimLost) {
 		t.Errorf("Renew on a closed port = %v, want a connection error", err)
 	}
-	if _, err := redisstore.Open(ctx, "redis://"+addr+"/0?max_retries=-1", idempotency.Options{}, nil); err == nil {
+	if _, err := redisstore.Open(ctx, "redis://"+addr+"/0?max_retries=-1", redisstore.Options{}); err == nil {
 		t.Error("redisstore.Open on a closed port: nil error")
 	}
 }
@@ -390,7 +391,7 @@ func TestRedisRedaction(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run("case="+tc.name, func(t *testing.T) {
-			_, err := redisstore.Open(ctx, tc.url, idempotency.Options{}, nil)
+			_, err := redisstore.Open(ctx, tc.url, redisstore.Options{})
 			if err == nil {
 				t.Fatal("nil error")
 			}
@@ -522,7 +523,7 @@ func TestRedisRequirePass(t *testing.T) {
 	}
 	for _, tc := range bad {
 		t.Run("case="+tc.name, func(t *testing.T) {
-			_, err := redisstore.Open(ctx, tc.url, idempotency.Options{}, nil)
+			_, err := redisstore.Open(ctx, tc.url, redisstore.Options{})
 			if err == nil {
 				t.Fatal("open succeeded")
 			}
@@ -594,7 +595,7 @@ func TestRedisTLS(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run("case="+tc.name, func(t *testing.T) {
-			s, err := redisstore.Open(ctx, tc.url, idempotency.Options{}, tc.cfg)
+			s, err := redisstore.Open(ctx, tc.url, redisstore.Options{TLS: tc.cfg})
 			if tc.want != "" {
 				if err == nil {
 					_ = s.Close()
@@ -635,7 +636,7 @@ func ExampleNew() {
 	ctx := context.Background()
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer client.Close()
-	store, err := redisstore.New(client, "orders:idempotency:", idempotency.Options{ClaimTTL: time.Minute})
+	store, err := redisstore.New(ctx, client, redisstore.Options{Options: idempotency.Options{ClaimTTL: time.Minute}, Prefix: "orders:idempotency:"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -661,9 +662,7 @@ func ExampleNew() {
 func ExampleOpen() {
 	ctx := context.Background()
 	roots := x509.NewCertPool() // add the CA that signed the server's certificate
-	store, err := redisstore.Open(ctx,
-		"rediss://consumer:secret@redis.internal:6380/0?msgaudit_prefix=orders:",
-		idempotency.Options{}, &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
+	store, err := redisstore.Open(ctx, "rediss://consumer:secret@redis.internal:6380/0?msgaudit_prefix=orders:", redisstore.Options{TLS: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}})
 	if err != nil {
 		fmt.Println(err) // never shows "secret"
 		return
@@ -679,7 +678,7 @@ func TestRedisHungServer(t *testing.T) {
 	addr := storetestkit.SilentServer(t)
 	client := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client, "p:", idempotency.Options{})
+	s, err := redisstore.New(context.Background(), client, redisstore.Options{Prefix: "p:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -693,7 +692,7 @@ func TestRedisHungServer(t *testing.T) {
 		"Release":     func(ctx context.Context) error { return s.Release(ctx, c) },
 		"Renew":       func(ctx context.Context) error { _, err := s.Renew(ctx, c); return err },
 		"redisstore.Open": func(ctx context.Context) error {
-			_, err := redisstore.Open(ctx, "redis://:pw@"+addr+"/0?max_retries=-1", idempotency.Options{}, nil)
+			_, err := redisstore.Open(ctx, "redis://:pw@"+addr+"/0?max_retries=-1", redisstore.Options{})
 			return err
 		},
 	}
@@ -736,9 +735,9 @@ func TestRedactionProperty(t *testing.T) {
 		for _, u := range urls {
 			var err error
 			if strings.HasPrefix(u, "redis") {
-				_, err = redisstore.Open(ctx, u, idempotency.Options{}, nil)
+				_, err = redisstore.Open(ctx, u, redisstore.Options{})
 			} else {
-				_, err = pgstore.Open(ctx, u, idempotency.Options{})
+				_, err = pgstore.Open(ctx, u, pgstore.Options{})
 			}
 			if err == nil {
 				rt.Fatalf("open %q succeeded", u)

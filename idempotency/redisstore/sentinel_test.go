@@ -17,8 +17,9 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/claimkit"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // startSentinel runs a private Redis Sentinel on a free loopback port that
@@ -76,7 +77,7 @@ func TestSentinelConformance(t *testing.T) {
 	t.Cleanup(func() { _ = admin.Close() })
 	var prefixes sync.Map // *redisstore.Store → its prefix
 	open := func(t *testing.T, prefix string, o idempotency.Options) *redisstore.Store {
-		s, err := redisstore.Open(testwait.Context(t, time.Minute), raw+"?msgaudit_prefix="+url.QueryEscape(prefix), o, nil)
+		s, err := redisstore.Open(testwait.Context(t, time.Minute), raw+"?msgaudit_prefix="+url.QueryEscape(prefix), redisstore.Options{Options: o})
 		if err != nil {
 			t.Fatalf("open through the sentinel: %v", err)
 		}
@@ -106,13 +107,13 @@ func TestSentinelConformance(t *testing.T) {
 	if out, _, err := s.TryClaim(ctx, key); err != nil || out != idempotency.Claimed {
 		t.Fatalf("TryClaim = %v, %v", out, err)
 	}
-	if n := admin.Exists(ctx, "where:"+key.StorageKey(0)).Val(); n != 1 {
+	if n := admin.Exists(ctx, "where:"+claimkit.StorageKey(key, 0)).Val(); n != 1 {
 		t.Fatal("the claimed key is not on the master")
 	}
 	// A master the Sentinel does not know fails at open, and the error
 	// does not show the password.
 	const pw = "Sentinel5ecret"
-	bad, err := redisstore.Open(ctx, "redis+sentinel://:"+pw+"@"+sentinel+"/nosuchmaster?max_retries=-1", idempotency.Options{}, nil)
+	bad, err := redisstore.Open(ctx, "redis+sentinel://:"+pw+"@"+sentinel+"/nosuchmaster?max_retries=-1", redisstore.Options{})
 	if err == nil {
 		_ = bad.Close()
 		t.Fatal("open of an unknown master succeeded")

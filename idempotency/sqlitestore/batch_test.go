@@ -43,7 +43,10 @@ func TestSQLiteBatchMatchesSingleCalls(t *testing.T) {
 	clock := storetest.NewFakeClock(time.Unix(1e9, 0))
 	o := idempotency.Options{ClaimTTL: ttl, Retention: ret, Clock: clock}
 	s := openSQLiteTest(t, filepath.Join(t.TempDir(), "batch.db"), o)
-	ref := idempotency.NewMemory(o)
+	ref, err := idempotency.NewMemory(o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer ref.Close()
 	steps := []time.Duration{time.Nanosecond, time.Second, ttl - time.Nanosecond, ttl, ret}
 	run := 0

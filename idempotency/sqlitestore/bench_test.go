@@ -13,7 +13,7 @@ import (
 
 func openBench(b *testing.B, sync sqlitestore.Synchronous) *sqlitestore.Store {
 	b.Helper()
-	s, err := sqlitestore.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), idempotency.Options{}, sqlitestore.WithSynchronous(sync))
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlitestore.Options{Synchronous: sync})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func BenchmarkSQLiteBatch(b *testing.B) {
 
 // BenchmarkSQLiteTryClaimDuplicate: TryClaim of a confirmed key (one read).
 func BenchmarkSQLiteTryClaimDuplicate(b *testing.B) {
-	s, err := sqlitestore.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), idempotency.Options{})
+	s, err := sqlitestore.Open(context.Background(), filepath.Join(b.TempDir(), "bench.db"), sqlitestore.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,7 +67,10 @@ func BenchmarkSQLiteGrouped(b *testing.B) {
 	for _, sync := range benchSyncs {
 		for _, g := range []int{16, 64} {
 			b.Run(fmt.Sprintf("sync=%s/goroutines=%d", sync, g), func(b *testing.B) {
-				s := idempotency.Group(openBench(b, sync), idempotency.GroupOptions{})
+				s, err := idempotency.Group(openBench(b, sync), idempotency.GroupOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
 				storetest.BenchPairs(b, s, g, 0, nil)
 			})
 		}

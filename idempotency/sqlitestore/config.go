@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/acemq/msgaudit/idempotency"
 )
 
 // Synchronous is the durability of a commit: the SQLite synchronous
@@ -48,15 +50,14 @@ func parseSynchronous(v string) (Synchronous, error) {
 	return 0, fmt.Errorf("idempotency: sqlite: synchronous=%q: want normal or full", v)
 }
 
-// Option configures Open beyond idempotency.Options.
-type Option func(*config)
-
-// WithSynchronous sets the durability of a commit (default SyncNormal).
-// A synchronous parameter in the path must agree with it.
-func WithSynchronous(m Synchronous) Option { return func(c *config) { c.sync = m } }
-
-type config struct {
-	sync Synchronous // 0: not set by an Option
+// Options configures a SQLite store. The zero value means every default.
+type Options struct {
+	// Options are the settings every store shares.
+	idempotency.Options
+	// Synchronous is the durability of a commit (see the package
+	// documentation). Zero means SyncNormal, unless the path sets it; a
+	// synchronous parameter in the path must agree with a non-zero value.
+	Synchronous Synchronous
 }
 
 // dsn builds the modernc.org/sqlite DSN for path (a file name, optionally
@@ -65,18 +66,18 @@ type config struct {
 // modernc.org/sqlite's, plus synchronous=normal|full; a pragma the path
 // sets replaces the store's default for it (journal_mode WAL,
 // busy_timeout 5000 ms). The synchronous setting may come from
-// WithSynchronous, from synchronous= or from _pragma=synchronous(...);
+// Options.Synchronous, from synchronous= or from _pragma=synchronous(...);
 // values other than normal and full, or sources that disagree, are an
 // error.
-func dsn(path string, c config) (string, string, Synchronous, error) {
+func dsn(path string, opts Options) (string, string, Synchronous, error) {
 	file, query, _ := strings.Cut(path, "?")
 	q, err := url.ParseQuery(query)
 	if err != nil {
 		return "", "", 0, fmt.Errorf("idempotency: sqlite %s: parameters: %w", file, err)
 	}
-	sync := c.sync
-	if c.sync != 0 && c.sync != SyncNormal && c.sync != SyncFull {
-		return "", "", 0, fmt.Errorf("idempotency: sqlite: %v: want SyncNormal or SyncFull", c.sync)
+	sync := opts.Synchronous
+	if sync != 0 && sync != SyncNormal && sync != SyncFull {
+		return "", "", 0, fmt.Errorf("idempotency: sqlite: %v: want SyncNormal or SyncFull", sync)
 	}
 	set := func(v, from string) error {
 		m, err := parseSynchronous(v)

@@ -35,7 +35,7 @@
 //     loss as well, at the cost of one disk sync per commit (per batch with
 //     ConfirmBatch).
 //
-// Choose it with WithSynchronous or in the path or URL:
+// Choose it with Options.Synchronous or in the path or URL:
 //
 //	s, err := idempotency.Open(ctx, "sqlite:///var/lib/app/idem.db?synchronous=full", idempotency.Options{})
 //
@@ -49,6 +49,7 @@ import (
 	"strings"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/redact"
 )
 
 func init() { idempotency.Register("sqlite", openURL) }
@@ -58,9 +59,9 @@ func openURL(ctx context.Context, rawURL string, o idempotency.Options) (idempot
 	_, rest, _ := strings.Cut(rawURL, ":")
 	path := strings.TrimPrefix(rest, "//")
 	if path == "" {
-		return nil, fmt.Errorf("%w: %q: sqlite needs a file path", idempotency.ErrUnsupportedURL, idempotency.RedactURL(rawURL))
+		return nil, fmt.Errorf("%w: %q: sqlite needs a file path", idempotency.ErrUnsupportedURL, redact.URL(rawURL))
 	}
-	s, err := Open(ctx, path, o)
+	s, err := Open(ctx, path, Options{Options: o})
 	if err != nil {
 		return nil, err
 	}

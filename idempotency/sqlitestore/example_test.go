@@ -20,8 +20,7 @@ func ExampleOpen() {
 	}
 	defer os.RemoveAll(dir)
 	ctx := context.Background()
-	s, err := sqlitestore.Open(ctx, filepath.Join(dir, "idem.db"), idempotency.Options{},
-		sqlitestore.WithSynchronous(sqlitestore.SyncFull)) // or the path suffix "?synchronous=full"
+	s, err := sqlitestore.Open(ctx, filepath.Join(dir, "idem.db"), sqlitestore.Options{Synchronous: sqlitestore.SyncFull}) // or the path suffix "?synchronous=full"
 	if err != nil {
 		panic(err)
 	}

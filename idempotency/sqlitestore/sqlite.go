@@ -13,13 +13,14 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
+	"github.com/acemq/msgaudit/internal/purgeloop"
 )
 
 // Table is the table an SQLite store keeps its keys in.
 const Table = "msgaudit_idempotency"
 
 // sqliteSchema creates the table and its expiry index; it is idempotent.
-// key is Key.StorageKey(MaxKeyLength); state is 'claimed' or 'confirmed';
+// key is the storage key (see Options.MaxKeyLength); state is 'claimed' or 'confirmed';
 // owner is the claim's token; expires_at and updated_at are Unix
 // nanoseconds of the store's clock. A row with expires_at <= now is gone:
 // an expired claim may be taken over, an expired confirmation is forgotten.
@@ -90,7 +91,9 @@ const (
 //
 // Time comes from Options.Clock and is stored as Unix nanoseconds, so all
 // processes sharing a file should have roughly synchronised clocks.
-// Expired rows are invisible at once and deleted by Purge.
+// Expired rows are invisible at once and deleted by Purge, which the store
+// runs on its own every Options.PurgeInterval (every hour by default): each
+// batch takes the connection and the write lock once, like a Confirm.
 //
 // A Store is safe for concurrent use.
 type Store struct {
@@ -109,6 +112,9 @@ type Store struct {
 	dest [1]driver.Value
 	body func() error
 	raw  func(any) error
+
+	purged purgeloop.Counters
+	purger *purgeloop.Loop
 }
 
 var (
@@ -128,24 +134,22 @@ var bg = context.Background()
 // package documentation), and modernc.org/sqlite DSN parameters
 // ("x.db?_pragma=busy_timeout(10000)"); a pragma given there replaces the
 // store's default for it. A bad synchronous value, or one that disagrees
-// with WithSynchronous, is an error. The store owns the database handle:
-// Close closes it.
-func Open(ctx context.Context, path string, o idempotency.Options, opts ...Option) (*Store, error) {
+// with opts.Synchronous, is an error, and so is an in-memory database
+// (":memory:", mode=memory), whose keys would not outlive the store. The
+// store owns the database handle: Close closes it. Open starts the
+// automatic purge of expired rows (Options.PurgeInterval); Close stops it.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	o, err := o.Normalize()
+	o, err := claimkit.Normalize(opts.Options)
 	if err != nil {
 		return nil, err
 	}
 	if path == "" {
 		return nil, errors.New("idempotency: sqlite: empty path")
 	}
-	var c config
-	for _, opt := range opts {
-		opt(&c)
-	}
-	file, name, sync, err := dsn(path, c)
+	file, name, sync, err := dsn(path, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +169,8 @@ func Open(ctx context.Context, path string, o idempotency.Options, opts ...Optio
 		_ = db.Close()
 		return nil, fmt.Errorf("idempotency: sqlite %s: %w", file, err)
 	}
+	s.purger = purgeloop.Start(o.PurgeInterval, "idempotency: sqlite "+file, o.Logger,
+		s.autoPurge)
 	return s, nil
 }
 
@@ -176,6 +182,16 @@ func (s *Store) init(ctx context.Context) error {
 	s.conn = conn
 	if _, err := conn.ExecContext(ctx, sqliteSchema); err != nil {
 		return err
+	}
+	// An in-memory database (":memory:", mode=memory) has no file: its keys
+	// would vanish when the store closes, and a redelivery after a restart
+	// would be applied again.
+	var file string
+	if err := conn.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
+		return err
+	}
+	if file == "" {
+		return errors.New("the database is in memory, not in a file: its keys would vanish when the store closes")
 	}
 	var sync int
 	if err := conn.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil {
@@ -313,7 +329,7 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (out idempote
 	}
 	err = s.run(ctx, func() error {
 		now := s.o.Clock.Now()
-		sk := key.StorageKey(s.o.MaxKeyLength)
+		sk := claimkit.StorageKey(key, s.o.MaxKeyLength)
 		// Fast path: a live row answers without a transaction. The
 		// answer is as fresh as any (it describes the key at the moment
 		// of the read).
@@ -395,7 +411,7 @@ func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 			if res[i].Err != nil {
 				continue
 			}
-			out, c, err := s.claimInTx(k, k.StorageKey(s.o.MaxKeyLength), now)
+			out, c, err := s.claimInTx(k, claimkit.StorageKey(k, s.o.MaxKeyLength), now)
 			if err != nil {
 				return s.abortTx(ctx, "try-claim batch", err)
 			}
@@ -426,7 +442,7 @@ func (s *Store) held(st *stmt, c idempotency.Claim, nowN, expires int64) (verdic
 		return idempotency.ErrClaimLost, nil
 	}
 	var n int64
-	sk := c.Key.StorageKey(s.o.MaxKeyLength)
+	sk := claimkit.StorageKey(c.Key, s.o.MaxKeyLength)
 	if st == s.release {
 		n, err = st.exec(bg, sk, c.Token, nowN)
 	} else {
@@ -549,7 +565,7 @@ func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 	}
 	var ok bool
 	err := s.run(ctx, func() error {
-		v, err := s.isConfirmed.queryRow(bg, key.StorageKey(s.o.MaxKeyLength), s.o.Clock.Now().UnixNano())
+		v, err := s.isConfirmed.queryRow(bg, claimkit.StorageKey(key, s.o.MaxKeyLength), s.o.Clock.Now().UnixNano())
 		if err != nil {
 			return s.fail(ctx, "is-confirmed", err)
 		}
@@ -564,21 +580,35 @@ func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 }
 
 // Purge deletes expired claims and confirmations, at most batch rows per
-// statement (batch <= 0 means 1000), each batch its own short transaction
+// statement (batch <= 0 means Options.PurgeBatch), each batch its own short transaction
 // found through the expires_at index, so other operations interleave with
 // a long purge instead of waiting behind one big delete. It returns how
 // many rows it deleted; on error or cancellation, the batches already
 // deleted stay deleted.
-func (s *Store) Purge(ctx context.Context, batch int) (int64, error) {
+func (s *Store) Purge(ctx context.Context, batch int) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { s.purged.Observe(n, time.Since(t0), err) }()
+	return s.purgeExpired(ctx, batch, purgeloop.Unpaced)
+}
+
+// PurgeStats returns the counters of the store's purges, the automatic
+// ones and the calls of Purge.
+func (s *Store) PurgeStats() idempotency.PurgeStats {
+	runs, rows, errs, busy := s.purged.Load()
+	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
+}
+
+// purgeExpired is Purge without the counting; see purgeloop.Batches for
+// pace.
+func (s *Store) purgeExpired(ctx context.Context, batch int, pace int) (int64, error) {
 	if err := s.check(ctx); err != nil {
 		return 0, err
 	}
 	if batch <= 0 {
-		batch = 1000
+		batch = s.o.PurgeBatch
 	}
 	nowN := s.o.Clock.Now().UnixNano()
-	var total int64
-	for {
+	return purgeloop.Batches(ctx, batch, pace, func(ctx context.Context) (int64, error) {
 		var n int64
 		err := s.run(ctx, func() error {
 			if err := s.beginTx(ctx, "purge"); err != nil {
@@ -590,25 +620,26 @@ func (s *Store) Purge(ctx context.Context, batch int) (int64, error) {
 			}
 			return s.commitTx(ctx, "purge")
 		})
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(batch) {
-			return total, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-	}
+		return n, err
+	})
 }
 
-// Close waits for the operation in progress, if any, and closes the
-// database; later calls return ErrClosed. Close is idempotent.
+// autoPurge is the automatic purge: Purge, paced.
+func (s *Store) autoPurge(ctx context.Context) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { s.purged.Observe(n, time.Since(t0), err) }()
+	return s.purgeExpired(ctx, 0, purgeloop.SQLite)
+}
+
+// Close stops the automatic purge (waiting for a purge in progress to
+// stop after its current batch), waits for the operation in progress, if
+// any, and closes the database; later calls return ErrClosed. Close is
+// idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.purger.Stop()
 	s.sem <- struct{}{}
 	defer s.unlock()
 	err := s.conn.Raw(func(any) error {

@@ -14,7 +14,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 	"github.com/acemq/msgaudit/idempotency/storetest"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // sqlitePaths remembers which file each test store was opened on, so the
@@ -23,7 +23,7 @@ var sqlitePaths sync.Map // idempotency.Store → string
 
 func openSQLiteTest(t *testing.T, path string, o idempotency.Options) *sqlitestore.Store {
 	t.Helper()
-	s, err := sqlitestore.Open(context.Background(), path, o)
+	s, err := sqlitestore.Open(context.Background(), path, sqlitestore.Options{Options: o})
 	if err != nil {
 		t.Fatalf("sqlitestore.Open: %v", err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/sqlitestore"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // TestSQLiteSynchronousSetting: the synchronous setting from the default,
@@ -27,30 +27,30 @@ import (
 func TestSQLiteSynchronousSetting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	normal, full := sqlitestore.WithSynchronous(sqlitestore.SyncNormal), sqlitestore.WithSynchronous(sqlitestore.SyncFull)
+	normal, full := sqlitestore.SyncNormal, sqlitestore.SyncFull
 	for _, tc := range []struct {
 		name, query string
-		opts        []sqlitestore.Option
+		sync        sqlitestore.Synchronous
 		want        sqlitestore.Synchronous
 		wantErr     string
 	}{
 		{name: "default", want: sqlitestore.SyncNormal},
-		{name: "option full", opts: []sqlitestore.Option{full}, want: sqlitestore.SyncFull},
-		{name: "option normal", opts: []sqlitestore.Option{normal}, want: sqlitestore.SyncNormal},
+		{name: "option full", sync: full, want: sqlitestore.SyncFull},
+		{name: "option normal", sync: normal, want: sqlitestore.SyncNormal},
 		{name: "param full", query: "synchronous=full", want: sqlitestore.SyncFull},
 		{name: "param FULL", query: "synchronous=FULL", want: sqlitestore.SyncFull},
 		{name: "param normal", query: "synchronous=normal", want: sqlitestore.SyncNormal},
 		{name: "param 2", query: "synchronous=2", want: sqlitestore.SyncFull},
 		{name: "pragma", query: "_pragma=synchronous(NORMAL)", want: sqlitestore.SyncNormal},
 		{name: "pragma full", query: "_pragma=synchronous(full)&_pragma=busy_timeout(100)", want: sqlitestore.SyncFull},
-		{name: "param and option agree", query: "synchronous=full", opts: []sqlitestore.Option{full}, want: sqlitestore.SyncFull},
+		{name: "param and option agree", query: "synchronous=full", sync: full, want: sqlitestore.SyncFull},
 		{name: "param off", query: "synchronous=off", wantErr: `synchronous="off": want normal or full`},
 		{name: "param extra", query: "synchronous=extra", wantErr: `synchronous="extra"`},
 		{name: "param empty", query: "synchronous=", wantErr: `synchronous="": want normal or full`},
 		{name: "pragma off", query: "_pragma=synchronous(OFF)", wantErr: `synchronous="OFF"`},
-		{name: "param and option differ", query: "synchronous=normal", opts: []sqlitestore.Option{full}, wantErr: "synchronous=normal asks for synchronous normal, but full"},
+		{name: "param and option differ", query: "synchronous=normal", sync: full, wantErr: "synchronous=normal asks for synchronous normal, but full"},
 		{name: "param twice differ", query: "synchronous=normal&synchronous=full", wantErr: "asks for synchronous full, but normal"},
-		{name: "option bad", opts: []sqlitestore.Option{sqlitestore.WithSynchronous(7)}, wantErr: "synchronous(7): want SyncNormal or SyncFull"},
+		{name: "option bad", sync: 7, wantErr: "synchronous(7): want SyncNormal or SyncFull"},
 		{name: "bad query", query: "synchronous=%zz", wantErr: "parameters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,7 +58,7 @@ func TestSQLiteSynchronousSetting(t *testing.T) {
 			if tc.query != "" {
 				path += "?" + tc.query
 			}
-			s, err := sqlitestore.Open(ctx, path, idempotency.Options{}, tc.opts...)
+			s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: tc.sync})
 			if tc.wantErr != "" {
 				if err == nil {
 					s.Close()
@@ -89,6 +89,74 @@ func TestSQLiteSynchronousSetting(t *testing.T) {
 	}
 	if _, err := idempotency.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "v.db")+"?synchronous=fast", idempotency.Options{}); err == nil || !strings.Contains(err.Error(), `synchronous="fast"`) {
 		t.Fatalf("sqlite URL with synchronous=fast: %v, want the bad value named", err)
+	}
+}
+
+// TestSQLiteConnectionsRunTheirSynchronous opens stores with each
+// durability setting, from each place it may come from, and reads PRAGMA
+// synchronous on every connection the store uses: each must run with the
+// setting Synchronous reports (1 normal, 2 full), never SQLite's default
+// or OFF. Reading the Go-side value alone would pass a store whose
+// connections ignore it.
+func TestSQLiteConnectionsRunTheirSynchronous(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	open := func(path string, sync sqlitestore.Synchronous) func(t *testing.T) (*sqlitestore.Store, error) {
+		return func(t *testing.T) (*sqlitestore.Store, error) {
+			return sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "s.db")+path, sqlitestore.Options{Synchronous: sync})
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) (*sqlitestore.Store, error)
+		want int
+	}{
+		{"default", open("", 0), 1},
+		{"option normal", open("", sqlitestore.SyncNormal), 1},
+		{"option full", open("", sqlitestore.SyncFull), 2},
+		{"param normal", open("?synchronous=normal", 0), 1},
+		{"param full", open("?synchronous=full", 0), 2},
+		{"pragma normal", open("?_pragma=synchronous(NORMAL)", 0), 1},
+		{"pragma full", open("?_pragma=synchronous(FULL)", 0), 2},
+		{"url full", func(t *testing.T) (*sqlitestore.Store, error) {
+			s, err := idempotency.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "u.db")+"?synchronous=full", idempotency.Options{})
+			if err != nil {
+				return nil, err
+			}
+			return s.(*sqlitestore.Store), nil
+		}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := tc.open(t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if got := int(s.Synchronous()); got != tc.want {
+				t.Fatalf("Synchronous() = %v, want %d", s.Synchronous(), tc.want)
+			}
+			// Before and after the store has worked: the setting is the
+			// connection's, kept for its life.
+			for _, when := range []string{"after Open", "after a confirm"} {
+				got, err := sqlitestore.ConnSynchronous(ctx, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, v := range got {
+					if v != tc.want {
+						t.Fatalf("%s: connection %d runs with PRAGMA synchronous = %d, want %d (%v)", when, i, v, tc.want, s.Synchronous())
+					}
+				}
+				k := idempotency.Key{Namespace: "sync", ID: when}
+				_, c, err := s.TryClaim(ctx, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Confirm(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
@@ -199,7 +267,7 @@ func TestSQLiteSIGKILLKeepsCommits(t *testing.T) {
 // batches of 10 in turn, printing each key after its confirm returned.
 func sigkillChild(path string) {
 	ctx := context.Background()
-	s, err := sqlitestore.Open(ctx, path, idempotency.Options{})
+	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -253,4 +321,29 @@ func sigkillChild(path string) {
 			os.Exit(0) // the parent stopped reading
 		}
 	}
+}
+
+// TestSQLiteInMemoryRefused: an in-memory database keeps its keys only
+// while the store is open, so a redelivery after a restart would be
+// applied again; Open refuses every way of asking for one, and still
+// opens a file.
+func TestSQLiteInMemoryRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, path := range []string{":memory:", "file::memory:", "file:m?mode=memory", "file:m?mode=memory&cache=shared"} {
+		s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded; want an in-memory error", path)
+			continue
+		}
+		if !strings.Contains(err.Error(), "in memory") {
+			t.Errorf("Open(%q) = %v; want an in-memory error", path, err)
+		}
+	}
+	s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "f.db"), sqlitestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 }

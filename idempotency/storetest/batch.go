@@ -11,7 +11,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // batchCase is one case of the batch contract.

@@ -28,7 +28,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // Capabilities describe a backend to the suite.
@@ -542,8 +542,8 @@ func (s *suite) testLongKeys(t *testing.T) {
 		e.key("1" + long),
 		{Namespace: e.ns + long, ID: "1"},
 		{Namespace: e.ns + long[:1], ID: long[1:] + "1"},
-		e.key(strings.Repeat("y", idempotency.DefaultMaxKeyLength-len(e.ns)-1)),
-		e.key(strings.Repeat("y", idempotency.DefaultMaxKeyLength-len(e.ns))),
+		e.key(strings.Repeat("y", claimkit.DefaultMaxKeyLength-len(e.ns)-1)),
+		e.key(strings.Repeat("y", claimkit.DefaultMaxKeyLength-len(e.ns))),
 		e.key("nul\x00byte"),
 		e.key("nul"),
 		e.key("bad-utf8-\xff\xfe"),
@@ -553,7 +553,7 @@ func (s *suite) testLongKeys(t *testing.T) {
 		{Namespace: e.ns, ID: "a/b"},
 		{Namespace: e.ns + "%2Fa", ID: "b"},
 		{Namespace: e.ns + "/", ID: "a/b"},
-		e.key(idempotency.HashedKeyPrefix + strings.Repeat("0", 64)),
+		e.key(claimkit.HashedKeyPrefix + strings.Repeat("0", 64)),
 	}
 	claims := make([]idempotency.Claim, len(keys))
 	for i, k := range keys {

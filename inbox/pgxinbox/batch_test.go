@@ -63,7 +63,7 @@ func runBatch(t *testing.T, ib *pgxinbox.Inbox, r *receiver.Receiver, keys []str
 // redeliveries every effect is committed exactly once.
 func TestBatchMembers(t *testing.T) {
 	f := newFixture(t, 0)
-	ib, err := pgxinbox.New(context.Background(), f.pool, inbox.Options{Table: f.table, Lanes: 1, MaxBatch: 100, Linger: time.Minute})
+	ib, err := pgxinbox.New(context.Background(), f.pool, inbox.Options{Table: f.table, Lanes: 1, MaxBatch: 63, Linger: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestBatchConcurrentProcess(t *testing.T) {
 // before it in the batch commits, the connection survives.
 func TestBatchMemberLockWaitTimesOut(t *testing.T) {
 	f := newFixture(t, 0)
-	ib, err := pgxinbox.New(context.Background(), f.pool, inbox.Options{Table: f.table, Lanes: 1, MaxBatch: 100, Linger: time.Minute})
+	ib, err := pgxinbox.New(context.Background(), f.pool, inbox.Options{Table: f.table, Lanes: 1, MaxBatch: 63, Linger: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,5 +257,75 @@ func TestBatchMemberLockWaitTimesOut(t *testing.T) {
 	close(releaseA)
 	if resA := <-doneA; resA.Action != receiver.Ack || f.applied(t, k) != 1 {
 		t.Errorf("the other delivery: %v (%s, %v), applied %d; want an ack, once", resA.Action, resA.Reason, resA.Err, f.applied(t, k))
+	}
+}
+
+// TestBatchMemberEndsTxWithStatement is package inbox's test of the same
+// name on pgx: a handler ends the batch's transaction with a COMMIT or
+// ROLLBACK statement and returns nil, in the middle of a five-member batch
+// or as its last member. No member up to it is acknowledged (after a
+// ROLLBACK its key is not committed, after a COMMIT its redelivery is a
+// confirmed duplicate), a later one only with its key committed, and after
+// the redeliveries every effect is committed exactly once.
+func TestBatchMemberEndsTxWithStatement(t *testing.T) {
+	f := newFixture(t, 0)
+	ib, err := pgxinbox.New(context.Background(), f.pool, inbox.Options{Table: f.table, Lanes: 1, MaxBatch: 63, Linger: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error { return f.apply(ctx, tx, m.Key, "ok") }
+	const n = 5
+	for _, stmt := range []string{"ROLLBACK", "COMMIT", "ABORT", "END"} {
+		for _, culprit := range []int{2, n - 1} {
+			t.Run(fmt.Sprintf("%s by member %d", stmt, culprit), func(t *testing.T) {
+				keys := make([]string, n)
+				for i := range keys {
+					keys[i] = fmt.Sprintf("s%d-%s", i, randHex(6))
+				}
+				r, err := receiver.New(receiver.Config{Selectors: []receiver.Selector{ib}, MaxAttempts: 100})
+				if err != nil {
+					t.Fatal(err)
+				}
+				res := runBatch(t, ib, r, keys, func(i int) func(context.Context, pgx.Tx, *receiver.Message) error {
+					if i != culprit {
+						return good
+					}
+					return func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error {
+						if err := f.apply(ctx, tx, m.Key, "ok"); err != nil {
+							return err
+						}
+						_, err := tx.Exec(ctx, stmt)
+						return err
+					}
+				})
+				committed := stmt == "COMMIT" || stmt == "END"
+				for i, got := range res {
+					if i <= culprit && got.Action == receiver.Ack {
+						t.Errorf("member %d acknowledged (%s, duplicate %v); want requeued: the %s ended its batch's transaction", i, got.Reason, got.Duplicate, stmt)
+					}
+					if got.Action == receiver.Ack && (got.Duplicate || !f.recorded(t, keys[i])) {
+						t.Errorf("member %d acknowledged (duplicate %v) without its key committed", i, got.Duplicate)
+					}
+				}
+				if n := f.pool.Stat().AcquiredConns(); n != 0 {
+					t.Errorf("%d connections still acquired: a transaction was left open", n)
+				}
+				for i, got := range res {
+					if got.Action == receiver.Ack {
+						continue
+					}
+					again := process(f.receiver(t), keys[i], pgxinbox.Handler(good))
+					wantDup := committed && i <= culprit
+					if again.Action != receiver.Ack || again.Duplicate != wantDup {
+						t.Errorf("member %d redelivered: %v (%s, %v), duplicate %v; want an ack, duplicate %v", i, again.Action, again.Reason, again.Err, again.Duplicate, wantDup)
+					}
+				}
+				for i, key := range keys {
+					if got := f.applied(t, key); got != 1 {
+						t.Errorf("member %d applied %d times; want once", i, got)
+					}
+				}
+			})
+		}
 	}
 }

@@ -26,10 +26,14 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	h := receiver.Wrap(pgxinbox.Handler(func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error {
+	r, err := receiver.New(receiver.Config{Inbox: ib})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := r.Wrap(pgxinbox.Handler(func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error {
 		_, err := tx.Exec(ctx, `UPDATE accounts SET cents = cents + 100 WHERE id = $1`, string(m.Body))
 		return err
-	}), receiver.WithSelectors(ib))
+	}))
 	// h is the handler a consumer runs: nil means acknowledge (effect and
 	// key committed, or a duplicate); an error means requeue or dead-letter
 	// (receiver.ActionOf tells which).

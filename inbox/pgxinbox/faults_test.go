@@ -10,8 +10,8 @@ import (
 
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/inbox/pgxinbox"
-	"github.com/acemq/msgaudit/internal/tcpproxy"
-	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/tcpproxy"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

@@ -4,10 +4,11 @@
 // with the handler given a pgx.Tx.
 //
 //	ib, err := pgxinbox.New(ctx, pool, inbox.Options{})
-//	h := receiver.Wrap(pgxinbox.Handler(func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error {
+//	r, err := receiver.New(receiver.Config{Inbox: ib})
+//	h := r.Wrap(pgxinbox.Handler(func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error {
 //		_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + 1 WHERE id = $1`, string(m.Body))
 //		return err
-//	}), receiver.WithSelectors(ib))
+//	}))
 //
 // Options.Dialect may be left zero (it can only be inbox.PostgreSQL);
 // Options.Isolation takes the database/sql levels (default, read
@@ -17,7 +18,10 @@
 // open transaction holding one pool connection, so size the pool
 // (pgxpool.Config.MaxConns) to at least Options.Lanes (by default the
 // consumer's concurrency); the STOMP and RabbitMQ consumers check it at
-// New. A batch member's savepoint and its INSERT travel in one round trip.
+// New. A batch member's savepoint and its INSERT travel in one round trip,
+// and so do the batch's first INSERT and the savepoint the lane releases
+// before its COMMIT to check that a handler did not end the transaction
+// with a COMMIT or ROLLBACK statement.
 package pgxinbox
 
 import (
@@ -29,9 +33,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/internal/inboxlane"
 	"github.com/acemq/msgaudit/internal/inboxsql"
+	"github.com/acemq/msgaudit/internal/pgtable"
+	"github.com/acemq/msgaudit/internal/purgeloop"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -50,13 +57,17 @@ type Inbox struct {
 	txOpts    pgx.TxOptions
 	lanes     *inboxlane.Pool
 	sized     bool
+	purged    purgeloop.Counters
+	purger    *purgeloop.Loop
 }
 
 var _ receiver.Selector = (*Inbox)(nil)
 
 // New returns an Inbox on pool: it validates o, checks that the server is
 // PostgreSQL and creates the table if it is missing (see inbox.New). The
-// pool stays the caller's: the Inbox never closes it.
+// pool stays the caller's: the Inbox never closes it. With
+// Options.PurgeInterval set, New starts the automatic purge; Close stops
+// it.
 func New(ctx context.Context, pool *pgxpool.Pool, o inbox.Options) (*Inbox, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil *pgxpool.Pool", inbox.ErrConfig)
@@ -88,12 +99,15 @@ func New(ctx context.Context, pool *pgxpool.Pool, o inbox.Options) (*Inbox, erro
 	if o.Lanes, o.MaxBatch, o.Linger, err = inboxsql.BatchLimits(o.Lanes, o.MaxBatch, o.Linger); err != nil {
 		return nil, fmt.Errorf("%w: %v", inbox.ErrConfig, err)
 	}
-	st, err := inboxsql.Build(o.Table, true)
+	if err := inboxsql.PostgresBatch(o.MaxBatch); err != nil {
+		return nil, fmt.Errorf("%w: %v", inbox.ErrConfig, err)
+	}
+	st, err := inboxsql.Build(o.Table, inboxsql.Postgres)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", inbox.ErrConfig, err)
 	}
 	if o.Table == "" {
-		o.Table = inbox.DefaultTable
+		o.Table = inboxsql.DefaultTable
 	}
 	log := o.Logger
 	if log == nil {
@@ -112,25 +126,64 @@ func New(ctx context.Context, pool *pgxpool.Pool, o inbox.Options) (*Inbox, erro
 	if err := pool.QueryRow(ctx, st.Probe).Scan(&probe); err != nil {
 		return nil, fmt.Errorf("%w: the server does not answer as PostgreSQL: %v", inbox.ErrConfig, err)
 	}
-	for _, q := range st.Create {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			// A racing CREATE ... IF NOT EXISTS can fail once on a catalog index.
-			if _, err2 := pool.Exec(ctx, q); err2 != nil {
-				return nil, fmt.Errorf("inbox: creating table %s: %w", o.Table, err)
+	if err := create(ctx, pool, st, o.Table); err != nil {
+		return nil, err
+	}
+	ib.purger = purgeloop.Start(o.PurgeInterval, "inbox "+o.Table, log, ib.autoPurge)
+	return ib, nil
+}
+
+// Close stops the automatic purge and waits for a purge in progress to
+// stop; see (*inbox.Inbox).Close. The pool stays open.
+func (ib *Inbox) Close() error {
+	ib.purger.Stop()
+	return nil
+}
+
+// PurgeStats returns the counters of the inbox's purges: the automatic
+// ones and the calls of Purge and PurgeExpired.
+func (ib *Inbox) PurgeStats() idempotency.PurgeStats {
+	runs, rows, errs, busy := ib.purged.Load()
+	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
+}
+
+// create runs the schema statements in one transaction, under an advisory
+// lock that serialises concurrent creators (tried a second time if it
+// fails all the same), and then checks on that connection what the
+// table's name resolved to: a temporary table (an unqualified name under
+// a search_path that starts with pg_temp) or an unlogged one loses
+// recorded keys and is refused (inbox.ErrConfig), its creation rolled
+// back.
+func create(ctx context.Context, pool *pgxpool.Pool, st inboxsql.SQL, table string) error {
+	var err error
+	for range 2 {
+		var bad error
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, q := range append([]string{inboxsql.CreateLock}, st.Create...) {
+				if _, err := tx.Exec(ctx, q); err != nil {
+					return err
+				}
 			}
+			var schema, persistence string
+			err := tx.QueryRow(ctx, st.Resolve, st.Table).Scan(&schema, &persistence)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			bad = pgtable.Check(st.Table, err == nil, schema, persistence)
+			return bad
+		})
+		if bad != nil {
+			return fmt.Errorf("%w: inbox table %s: %v", inbox.ErrConfig, table, bad)
+		}
+		if err == nil {
+			return nil
 		}
 	}
-	return ib, nil
+	return fmt.Errorf("inbox: creating table %s: %w", table, err)
 }
 
 // Name returns "inbox".
 func (ib *Inbox) Name() string { return "inbox" }
-
-// Table returns the table name.
-func (ib *Inbox) Table() string { return ib.o.Table }
-
-// Retention returns the effective Options.Retention.
-func (ib *Inbox) Retention() time.Duration { return ib.o.Retention }
 
 // Namespace returns the namespace m's key is recorded under.
 func (ib *Inbox) Namespace(m *receiver.Message) string { return ib.namespace(m) }
@@ -203,7 +256,9 @@ type pgxTx struct {
 func (t *pgxTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, error) {
 	t0 := time.Now()
 	if !sp {
-		tag, err := t.tx.Exec(ctx, t.ib.sql.Insert, ns, key)
+		// The batch's first INSERT follows the savepoint Check releases
+		// before the COMMIT, in the same round trip.
+		tag, err := t.batch(ctx, inboxsql.BatchSavepoint, ns, key)
 		t.ib.count.Observe(time.Since(t0), err)
 		return tag.RowsAffected() > 0, err
 	}
@@ -218,21 +273,39 @@ func (t *pgxTx) Insert(ctx context.Context, sp bool, ns, key string) (bool, erro
 		_, err := t.ib.pool.Exec(c, inboxsql.CancelBackend, pid)
 		return err
 	}, func(c context.Context) error {
-		var b pgx.Batch
-		b.Queue(`SAVEPOINT ` + inboxsql.Savepoint)
-		b.Queue(t.ib.sql.Insert, ns, key)
-		br := t.tx.SendBatch(c, &b)
-		_, err := br.Exec()
-		if err == nil {
-			tag, err = br.Exec()
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+		var err error
+		tag, err = t.batch(c, inboxsql.Savepoint, ns, key)
 		return err
 	})
 	t.ib.count.Observe(time.Since(t0), err)
 	return tag.RowsAffected() > 0, err
+}
+
+// batch sends SAVEPOINT sp and the INSERT in one round trip.
+func (t *pgxTx) batch(ctx context.Context, sp, ns, key string) (pgconn.CommandTag, error) {
+	var b pgx.Batch
+	b.Queue(`SAVEPOINT ` + sp)
+	b.Queue(t.ib.sql.Insert, ns, key)
+	br := t.tx.SendBatch(ctx, &b)
+	var tag pgconn.CommandTag
+	_, err := br.Exec()
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// Check releases the savepoint the batch's first INSERT followed. It
+// fails when a handler ended the transaction with a COMMIT or ROLLBACK
+// statement: no transaction is open any more.
+func (t *pgxTx) Check(ctx context.Context) error {
+	t0 := time.Now()
+	_, err := t.tx.Exec(ctx, `RELEASE SAVEPOINT `+inboxsql.BatchSavepoint)
+	t.ib.count.Observe(time.Since(t0), err)
+	return err
 }
 
 func (t *pgxTx) RollbackTo(ctx context.Context) error {
@@ -293,24 +366,36 @@ func (ib *Inbox) Contains(ctx context.Context, namespace, key string) (bool, err
 
 // Purge deletes the rows recorded before olderThan in bounded,
 // index-driven batches that skip locked rows; see (*inbox.Inbox).Purge.
-func (ib *Inbox) Purge(ctx context.Context, olderThan time.Time) (int64, error) {
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
+func (ib *Inbox) Purge(ctx context.Context, olderThan time.Time) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { ib.purged.Observe(n, time.Since(t0), err) }()
+	return ib.purge(ctx, olderThan, purgeloop.Unpaced)
+}
+
+// purge is Purge without the counting; see purgeloop.Batches for pace.
+func (ib *Inbox) purge(ctx context.Context, olderThan time.Time, pace int) (int64, error) {
+	var from time.Time // where the next batch starts (see inboxsql.Build)
+	return purgeloop.Batches(ctx, ib.o.PurgeBatch, pace, func(ctx context.Context) (int64, error) {
 		t0 := time.Now()
-		tag, err := ib.pool.Exec(ctx, ib.sql.Purge, olderThan, ib.o.PurgeBatch)
+		var n int64
+		var last *time.Time
+		err := ib.pool.QueryRow(ctx, ib.sql.Purge, olderThan, ib.o.PurgeBatch, from).Scan(&n, &last)
 		ib.count.Observe(time.Since(t0), err)
 		if err != nil {
-			return total, fmt.Errorf("inbox: purge: %w", err)
+			return 0, fmt.Errorf("inbox: purge: %w", err)
 		}
-		n := tag.RowsAffected()
-		total += n
-		if n < int64(ib.o.PurgeBatch) {
-			return total, nil
+		if last != nil {
+			from = *last
 		}
-	}
+		return n, nil
+	})
+}
+
+// autoPurge is the automatic purge: PurgeExpired, paced.
+func (ib *Inbox) autoPurge(ctx context.Context) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { ib.purged.Observe(n, time.Since(t0), err) }()
+	return ib.purge(ctx, time.Now().Add(-ib.o.Retention), purgeloop.Server)
 }
 
 // PurgeExpired deletes the rows older than Options.Retention.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/inbox/pgxinbox"
-	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -271,6 +271,7 @@ func TestNewRejects(t *testing.T) {
 		{Table: "bad name"},
 		{Retention: -time.Second},
 		{Isolation: 99},
+		{MaxBatch: 64}, // over the 64 subtransactions a backend caches, with the lane's savepoint
 	} {
 		if _, err := pgxinbox.New(context.Background(), f.pool, o); !errors.Is(err, inbox.ErrConfig) {
 			t.Errorf("New(%+v) = %v; want ErrConfig", o, err)
@@ -278,5 +279,8 @@ func TestNewRejects(t *testing.T) {
 	}
 	if _, err := pgxinbox.New(context.Background(), nil, inbox.Options{}); !errors.Is(err, inbox.ErrConfig) {
 		t.Errorf("New(nil pool) = %v; want ErrConfig", err)
+	}
+	if _, err := pgxinbox.New(context.Background(), f.pool, inbox.Options{Table: f.table, MaxBatch: 63}); err != nil {
+		t.Errorf("New(MaxBatch 63) = %v; want the largest batch accepted", err)
 	}
 }

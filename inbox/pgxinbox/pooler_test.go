@@ -15,8 +15,8 @@ import (
 
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/inbox/pgxinbox"
-	"github.com/acemq/msgaudit/internal/testenv"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"github.com/acemq/msgaudit/receiver"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/msgaudit/internal/pgrestart"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/pgrestart"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"github.com/acemq/msgaudit/receiver"
 )
 

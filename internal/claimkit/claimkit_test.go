@@ -10,7 +10,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/idempotency/storetest"
 	"github.com/acemq/msgaudit/internal/claimkit"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
 
 // memTwoState is a claimkit.TwoState over the memory store: its Claim is
@@ -34,7 +34,7 @@ func (s twoStateStore) TryClaim(ctx context.Context, k idempotency.Key) (idempot
 func TestTryClaimConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
-		return twoStateStore{idempotency.NewMemory(o)}
+		return twoStateStore{memStore(t, o)}
 	}, storetest.Capabilities{})
 }
 
@@ -94,7 +94,7 @@ func TestTryClaimRaces(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m := idempotency.NewMemory(idempotency.Options{})
+			m := memStore(t, idempotency.Options{})
 			_, c, err := m.TryClaim(ctx, k)
 			if err != nil {
 				t.Fatal(err)
@@ -140,7 +140,11 @@ func TestNewToken(t *testing.T) {
 // (an atomic Claim and IsConfirmed) getting TryClaim.
 func ExampleTryClaim() {
 	ctx := context.Background()
-	m := idempotency.NewMemory(idempotency.Options{})
+	m, err := idempotency.NewMemory(idempotency.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	s := memTwoState{m}
 	key := idempotency.Key{Namespace: "q", ID: "m1"}
 
@@ -155,4 +159,15 @@ func ExampleTryClaim() {
 	// claimed
 	// in-progress
 	// already-confirmed
+}
+
+// memStore returns a Memory with options o, failing tb if NewMemory refuses
+// them.
+func memStore(tb testing.TB, o idempotency.Options) *idempotency.Memory {
+	tb.Helper()
+	m, err := idempotency.NewMemory(o)
+	if err != nil {
+		tb.Fatalf("NewMemory(%+v): %v", o, err)
+	}
+	return m
 }

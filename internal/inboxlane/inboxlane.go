@@ -14,7 +14,11 @@
 // the batch; then the lane goes to the next waiting delivery, or commits
 // when it holds MaxBatch members, when it is Linger old, or when no
 // delivery is waiting. A member's Settle(Completed) returns only after the
-// COMMIT covering it succeeded, and returns an error when it failed.
+// COMMIT covering it succeeded, and returns an error when it failed. Just
+// before the COMMIT, the lane checks that its transaction is still the
+// one it began (see Tx.Check); when a handler ended it with a COMMIT or
+// ROLLBACK statement, the lane rolls back whatever is open instead and
+// every member's settlement fails with ErrAborted.
 package inboxlane
 
 import (
@@ -40,6 +44,9 @@ var (
 	ErrAborted = errors.New("inbox: another delivery of the same batch ended or broke the shared transaction; the delivery is requeued")
 )
 
+// errGone says why a batch was rolled back instead of committed.
+var errGone = errors.New("the batch's transaction is not the one the inbox began (a handler ran COMMIT or ROLLBACK as a statement?), so it was rolled back, not committed")
+
 // Tx is one lane's open transaction as a front end drives it. Each method
 // is one database call the front end counts in its metrics.
 type Tx interface {
@@ -49,6 +56,13 @@ type Tx interface {
 	Insert(ctx context.Context, savepoint bool, ns, key string) (bool, error)
 	// RollbackTo rolls back to the member's savepoint and releases it.
 	RollbackTo(ctx context.Context) error
+	// Check runs just before Commit: it fails unless the transaction is
+	// still the one Begin began. A front end takes a savepoint of its own
+	// when the transaction begins (before the first member's INSERT) and
+	// releases it here; a handler that ends the transaction with a COMMIT
+	// or ROLLBACK statement takes that savepoint with it, even when a
+	// later statement began another transaction (SQLite's SAVEPOINT does).
+	Check(ctx context.Context) error
 	// Commit commits the transaction; ctx bounds it.
 	Commit(ctx context.Context) error
 	// Rollback rolls the transaction back; ctx bounds it.
@@ -161,8 +175,9 @@ func (p *Pool) MaxBatch() int { return p.c.MaxBatch }
 // Linger returns the batch's age at which a lane commits.
 func (p *Pool) Linger() time.Duration { return p.c.Linger }
 
-// Stats returns the COMMITs the lanes ran (successful or not) and the
-// members they covered.
+// Stats returns the COMMITs the lanes ran or meant to run (successful or
+// not, or replaced by a ROLLBACK when the transaction failed its check)
+// and the members they covered.
 func (p *Pool) Stats() (commits, members uint64) { return p.commits.Load(), p.members.Load() }
 
 // Waiting returns how many deliveries wait for a lane.
@@ -260,7 +275,20 @@ func (p *Pool) commit(ctx context.Context, l *lane) {
 		defer cancel()
 	}
 	b := l.b
-	err := l.tx.Commit(ctx)
+	// A handler may have ended the transaction with a COMMIT or ROLLBACK
+	// statement, which the driver does not see: on PostgreSQL the COMMIT
+	// below would then succeed (with a warning) and acknowledge members
+	// whose keys were rolled back; on SQLite a later member's SAVEPOINT
+	// began a new transaction, which it would commit.
+	err := l.tx.Check(ctx)
+	// A transaction an earlier statement broke is still the lane's: its
+	// COMMIT fails (PostgreSQL rolls it back) and says so, as before.
+	checked := err == nil || p.c.Broken(err)
+	if checked {
+		err = l.tx.Commit(ctx)
+	} else {
+		_ = l.tx.Rollback(ctx)
+	}
 	p.commits.Add(1)
 	p.members.Add(uint64(l.n))
 	if b == nil { // no member awaits it
@@ -268,10 +296,13 @@ func (p *Pool) commit(ctx context.Context, l *lane) {
 		return
 	}
 	if err != nil {
-		if p.c.Ended(err) && l.last != nil {
+		switch {
+		case !checked && !p.c.Ended(err):
+			b.err = fmt.Errorf("%w: %w: %w", ErrAborted, errGone, err)
+		case p.c.Ended(err) && l.last != nil:
 			b.culprit, b.culpritErr = l.last, ErrTxEnded
 			b.err = fmt.Errorf("%w: %w", ErrAborted, err)
-		} else {
+		default:
 			b.err = fmt.Errorf("%w: %w", ErrCommit, err)
 		}
 	}

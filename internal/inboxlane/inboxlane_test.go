@@ -28,6 +28,7 @@ type fakeTx struct {
 	pending [][]string // savepoint frames, innermost last
 	poison  bool       // the COMMIT fails
 	ended   bool
+	gone    bool // a handler's ROLLBACK statement ended it; a later savepoint began another
 }
 
 var (
@@ -97,6 +98,28 @@ func (t *fakeTx) RollbackTo(context.Context) error {
 	return nil
 }
 
+// rollbackStatement models a handler's ROLLBACK statement, which the
+// driver does not see: the pending keys are gone and, as on SQLite, the
+// next savepoint begins a new transaction that the COMMIT would commit.
+func (t *fakeTx) rollbackStatement() {
+	t.db.mu.Lock()
+	defer t.db.mu.Unlock()
+	t.pending = [][]string{nil}
+	t.gone = true
+}
+
+func (t *fakeTx) Check(context.Context) error {
+	t.db.mu.Lock()
+	defer t.db.mu.Unlock()
+	if t.ended {
+		return errEnded
+	}
+	if t.gone {
+		return errors.New("fake: no such savepoint")
+	}
+	return nil
+}
+
 func (t *fakeTx) Commit(context.Context) error {
 	d := t.db
 	d.mu.Lock()
@@ -154,6 +177,7 @@ const (
 	insertFail         // the INSERT fails
 	poison             // the handler's work fails the COMMIT
 	endTx              // the handler commits the transaction itself
+	endSQL             // the handler runs ROLLBACK as a statement
 )
 
 // TestPropertyLanes: random deliveries (keys from a small set, so
@@ -181,7 +205,7 @@ func TestPropertyLanes(t *testing.T) {
 		for i := range ds {
 			ds[i] = delivery{
 				key: fmt.Sprintf("k%d", rapid.IntRange(0, 7).Draw(rt, "key")),
-				out: outcome(rapid.IntRange(0, 4).Draw(rt, "outcome")),
+				out: outcome(rapid.IntRange(0, 5).Draw(rt, "outcome")),
 			}
 		}
 		d := newFakeDB()
@@ -234,6 +258,9 @@ func TestPropertyLanes(t *testing.T) {
 							}
 							if dl.out == endTx {
 								_ = tx.Rollback(ctx)
+							}
+							if dl.out == endSQL {
+								tx.rollbackStatement()
 							}
 							if err := dec.Settle(ctx, receiver.Completed); err == nil {
 								d.mu.Lock()
@@ -322,10 +349,14 @@ func TestWaiterCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	waited := make(chan error, 1)
+	type result struct {
+		dec receiver.Decision
+		err error
+	}
+	waited := make(chan result, 1)
 	go func() {
-		_, err := p.Select(wctx, "ns", "b")
-		waited <- err
+		dec, err := p.Select(wctx, "ns", "b")
+		waited <- result{dec, err}
 	}()
 	for p.Waiting() != 1 {
 		time.Sleep(time.Millisecond)
@@ -333,10 +364,14 @@ func TestWaiterCancelled(t *testing.T) {
 	settled := make(chan error, 1)
 	go func() { settled <- first.Settle(ctx, receiver.Completed) }()
 	cancel()
-	if err := <-waited; err == nil {
+	if w := <-waited; w.err == nil {
 		// It may have won the lane before its context ended; then it
-		// holds a member that must be settled.
+		// holds a member of the first one's batch, which commits once
+		// every member is settled.
 		t.Log("the waiter got the lane before its context ended")
+		if w.dec.Settle != nil {
+			go func() { _ = w.dec.Settle(ctx, receiver.Abandoned) }()
+		}
 	}
 	select {
 	case err := <-settled:
@@ -377,5 +412,220 @@ func TestSetLanes(t *testing.T) {
 	}
 	if p.Lanes() != 1 || len(p.free) != 1 || p.total != 1 {
 		t.Errorf("after shrinking: Lanes %d, free %d, total %d; want 1, 1, 1", p.Lanes(), len(p.free), p.total)
+	}
+}
+
+// step is one delivery of a scripted batch.
+type step struct {
+	key         string
+	settle      receiver.Settlement // of an accepted delivery; 0 means Completed
+	poison      bool                // its work fails the COMMIT
+	rollbackSQL bool                // its handler runs ROLLBACK as a statement
+}
+
+// result is what one scripted delivery got.
+type result struct {
+	verdict   receiver.Verdict
+	selectErr error
+	settleErr error
+	committed int // its key's COMMITs when its Settle returned
+}
+
+// runScript runs steps through one lane of p as one batch, in order:
+// step 0 takes the lane, every later step queues for it behind the one
+// before, and then each accepted delivery settles as it gets the lane.
+// Settle(Completed) runs in its own goroutine (it waits for the COMMIT).
+func runScript(t *testing.T, d *fakeDB, p *Pool, steps []step) []result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type selected struct {
+		dec receiver.Decision
+		err error
+	}
+	sel := make([]chan selected, len(steps))
+	var first selected
+	for i, s := range steps {
+		sel[i] = make(chan selected, 1)
+		go func() {
+			dec, err := p.Select(ctx, "ns", s.key)
+			sel[i] <- selected{dec, err}
+		}()
+		if i == 0 {
+			first = <-sel[0] // it holds the lane before the others queue
+			continue
+		}
+		for p.Waiting() != i {
+			if ctx.Err() != nil {
+				t.Fatalf("delivery %d never queued for the lane", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	res := make([]result, len(steps))
+	var wg sync.WaitGroup
+	for i, s := range steps {
+		got := first
+		if i > 0 {
+			select {
+			case got = <-sel[i]:
+			case <-ctx.Done():
+				t.Fatalf("delivery %d never got the lane", i)
+			}
+		}
+		res[i].verdict, res[i].selectErr = got.dec.Verdict, got.err
+		if got.err != nil || got.dec.Verdict != receiver.Accept {
+			continue
+		}
+		tx, _ := got.dec.Context(ctx).Value(txKey{}).(*fakeTx)
+		if s.poison {
+			d.mu.Lock()
+			tx.poison = true
+			d.mu.Unlock()
+		}
+		if s.rollbackSQL {
+			tx.rollbackStatement()
+		}
+		st := s.settle
+		if st == 0 {
+			st = receiver.Completed
+		}
+		wg.Add(1)
+		settled := make(chan struct{})
+		go func() {
+			defer wg.Done()
+			defer close(settled)
+			err := got.dec.Settle(ctx, st)
+			d.mu.Lock()
+			res[i].settleErr, res[i].committed = err, d.committed[s.key]
+			d.mu.Unlock()
+		}()
+		if st != receiver.Completed {
+			<-settled // it passes the lane on before it returns
+		}
+	}
+	wg.Wait()
+	return res
+}
+
+// TestSettleWaitsForCommit: a member's Settle(Completed) returns only
+// with its batch's COMMIT outcome. A COMMIT that fails fails every
+// member's settlement, the ones that handed the lane on before it ran
+// included; one that succeeds has committed the key by the time Settle
+// returns nil.
+func TestSettleWaitsForCommit(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		steps []step
+		fail  []bool // settlement must fail with ErrCommit
+	}{
+		{"lone member's COMMIT fails", []step{{key: "a", poison: true}}, []bool{true}},
+		{"first of two fails the COMMIT", []step{{key: "a", poison: true}, {key: "b"}}, []bool{true, true}},
+		{"last of two fails the COMMIT", []step{{key: "a"}, {key: "b", poison: true}}, []bool{true, true}},
+		{"failed member between", []step{{key: "a"}, {key: "b", settle: receiver.Failed}, {key: "c", poison: true}}, []bool{true, false, true}},
+		{"COMMIT succeeds", []step{{key: "a"}, {key: "b"}, {key: "c"}}, []bool{false, false, false}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := newFakeDB()
+			p := newPool(d, 1, 10, time.Hour)
+			res := runScript(t, d, p, c.steps)
+			for i, r := range res {
+				s := c.steps[i]
+				if r.selectErr != nil || r.verdict != receiver.Accept {
+					t.Fatalf("delivery %d: %v %v; want Accept", i, r.verdict, r.selectErr)
+				}
+				switch {
+				case s.settle == receiver.Failed:
+					if r.settleErr != nil || r.committed != 0 {
+						t.Errorf("delivery %d: Settle(Failed) = %v, key committed %d times; want nil, 0", i, r.settleErr, r.committed)
+					}
+				case c.fail[i]:
+					if !errors.Is(r.settleErr, ErrCommit) {
+						t.Errorf("delivery %d: Settle(Completed) = %v; want ErrCommit (the batch's COMMIT failed)", i, r.settleErr)
+					}
+				default:
+					if r.settleErr != nil || r.committed != 1 {
+						t.Errorf("delivery %d: Settle(Completed) = %v with the key committed %d times; want nil after its COMMIT", i, r.settleErr, r.committed)
+					}
+				}
+			}
+			if c, m := p.Stats(); c != 1 {
+				t.Errorf("%d COMMITs (%d members); want the batch's one", c, m)
+			}
+		})
+	}
+}
+
+// TestSameKeyInOpenBatchDeferred: a delivery of a key whose first
+// delivery is in the lane's open batch is deferred (its outcome is known
+// only at the COMMIT), never accepted or rejected as recorded; once that
+// first delivery failed and was rolled back, the key is new again.
+func TestSameKeyInOpenBatchDeferred(t *testing.T) {
+	acc, def := receiver.Accept, receiver.Defer
+	for _, c := range []struct {
+		name  string
+		steps []step
+		want  []receiver.Verdict
+	}{
+		{"right after", []step{{key: "k"}, {key: "k"}}, []receiver.Verdict{acc, def}},
+		{"another key between", []step{{key: "k"}, {key: "x"}, {key: "k"}}, []receiver.Verdict{acc, acc, def}},
+		{"twice after", []step{{key: "k"}, {key: "k"}, {key: "k"}}, []receiver.Verdict{acc, def, def}},
+		{"later member's key", []step{{key: "x"}, {key: "k"}, {key: "k"}}, []receiver.Verdict{acc, acc, def}},
+		{"first member failed", []step{{key: "k", settle: receiver.Failed}, {key: "k"}}, []receiver.Verdict{acc, acc}},
+		{"later member failed", []step{{key: "x"}, {key: "k", settle: receiver.Failed}, {key: "k"}}, []receiver.Verdict{acc, acc, acc}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := newFakeDB()
+			p := newPool(d, 1, 10, time.Hour)
+			res := runScript(t, d, p, c.steps)
+			for i, r := range res {
+				if r.selectErr != nil || r.verdict != c.want[i] {
+					t.Errorf("delivery %d of %q: %v %v; want %v", i, c.steps[i].key, r.verdict, r.selectErr, c.want[i])
+				}
+				if r.verdict == receiver.Accept && c.steps[i].settle == 0 && r.settleErr != nil {
+					t.Errorf("delivery %d: Settle(Completed) = %v", i, r.settleErr)
+				}
+			}
+			for k, n := range d.committed {
+				if n != 1 {
+					t.Errorf("%s committed %d times", k, n)
+				}
+			}
+		})
+	}
+}
+
+// TestCommitCheck: when a handler ended the lane's transaction with a
+// ROLLBACK statement (which the driver does not see), the lane's check
+// before the COMMIT fails: it rolls back instead, and every member's
+// settlement fails with ErrAborted, the members after the statement (in
+// the transaction SQLite's SAVEPOINT began) included. Nothing is
+// committed.
+func TestCommitCheck(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		steps []step
+	}{
+		{"lone member", []step{{key: "a", rollbackSQL: true}}},
+		{"last member", []step{{key: "a"}, {key: "b"}, {key: "c", rollbackSQL: true}}},
+		{"middle member", []step{{key: "a"}, {key: "b", rollbackSQL: true}, {key: "c"}, {key: "d"}}},
+		{"first member", []step{{key: "a", rollbackSQL: true}, {key: "b"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := newFakeDB()
+			p := newPool(d, 1, 10, time.Hour)
+			res := runScript(t, d, p, c.steps)
+			for i, r := range res {
+				if r.selectErr != nil || r.verdict != receiver.Accept {
+					t.Fatalf("delivery %d: %v %v; want Accept", i, r.verdict, r.selectErr)
+				}
+				if !errors.Is(r.settleErr, ErrAborted) {
+					t.Errorf("delivery %d: Settle(Completed) = %v; want ErrAborted", i, r.settleErr)
+				}
+			}
+			if len(d.committed) != 0 || len(d.open) != 0 {
+				t.Errorf("committed %v, %d transactions open; want nothing committed, none open", d.committed, len(d.open))
+			}
+		})
 	}
 }

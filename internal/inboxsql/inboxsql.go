@@ -16,7 +16,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
+	"github.com/acemq/msgaudit/internal/keyjoin"
+	"github.com/acemq/msgaudit/internal/pgtable"
+	"github.com/acemq/msgaudit/internal/storelat"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -26,9 +29,9 @@ const (
 	DefaultTable = "msgaudit_inbox"
 	// DefaultRetention is how long a row is kept at least (the stores'
 	// default retention).
-	DefaultRetention = idempotency.DefaultRetention
+	DefaultRetention = claimkit.DefaultRetention
 	// DefaultMaxKeyLength is the longest key or namespace stored verbatim.
-	DefaultMaxKeyLength = idempotency.DefaultMaxKeyLength
+	DefaultMaxKeyLength = claimkit.DefaultMaxKeyLength
 	// DefaultPurgeBatch is how many rows one Purge statement deletes.
 	DefaultPurgeBatch = 1000
 	// DefaultMaxBatch is the most deliveries one COMMIT covers.
@@ -40,8 +43,18 @@ const (
 	DefaultLanes = 4
 )
 
+// HashedProbe is a namespace and key no delivery stores (StorageKey
+// hashes every value that starts with claimkit.HashedKeyPrefix), for
+// probing a table's INSERT inside a transaction that is rolled back.
+const HashedProbe = claimkit.HashedKeyPrefix + "probe"
+
 // Savepoint is the name of every batch member's savepoint.
 const Savepoint = "msgaudit_inbox_member"
+
+// BatchSavepoint is the savepoint a lane takes when its transaction
+// begins and releases just before its COMMIT: the RELEASE fails when a
+// handler ended the transaction with a COMMIT or ROLLBACK statement.
+const BatchSavepoint = "msgaudit_inbox_batch"
 
 // indexSuffix names the recorded_at index: table name + suffix.
 const indexSuffix = "_recorded_at_idx"
@@ -55,7 +68,9 @@ var tableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z_
 // nanoseconds; it affects one row when the key is new and none when it is
 // recorded already. Contains takes (namespace, key). Purge takes (cutoff,
 // batch) and deletes at most batch rows recorded before cutoff, oldest
-// first, through the recorded_at index.
+// first, through the recorded_at index; on PostgreSQL it takes a third
+// argument, the recording time to start from, and returns the number of
+// rows deleted and the newest recording time among them (see Build).
 type SQL struct {
 	Create                  []string
 	Insert, Contains, Purge string
@@ -63,12 +78,47 @@ type SQL struct {
 	Probe string
 	// PID returns PostgreSQL's server process id; "" on SQLite.
 	PID string
-	// Postgres tells the dialect.
-	Postgres bool
+	// Resolve returns the schema and persistence of the table the name
+	// resolves to (pgtable.Query), taking Table; "" on SQLite. Run it in
+	// the transaction that ran Create, after CreateLock.
+	Resolve string
+	// Table is the table's name as the statements write it (quoted).
+	Table string
+	// Postgres and MySQL tell the dialect (neither: SQLite).
+	Postgres, MySQL bool
+	// Cancel asks the server to cancel the statement of server process
+	// PID ($1 or ?); "" on SQLite.
+	Cancel string
+	// Schema and Name are the table's schema ("" when unqualified) and
+	// name, unquoted.
+	Schema, Name string
 }
 
-// Build validates table ("" = DefaultTable) and returns its statements.
-func Build(table string, postgres bool) (SQL, error) {
+// CreateLock serialises PostgreSQL's Create transactions of concurrent
+// processes, whose CREATE ... IF NOT EXISTS can otherwise collide in the
+// catalog.
+const CreateLock = `SELECT pg_advisory_xact_lock(hashtext('msgaudit inbox create'))`
+
+// Kind is a database's SQL dialect.
+type Kind uint8
+
+// The dialects Build writes.
+const (
+	Postgres Kind = iota + 1
+	SQLite
+	MySQL
+)
+
+// MaxMySQLKey is the longest namespace or key, in bytes, a MySQL inbox
+// table stores: each is a VARBINARY(1024) column, together 2,048 bytes of
+// the 3,072 an InnoDB index key may hold. Options.MaxKeyLength may not be
+// more; longer values are stored hashed (StorageKey).
+const MaxMySQLKey = 1024
+
+// Build validates table ("" = DefaultTable) and returns its statements
+// in dialect kind.
+func Build(table string, kind Kind) (SQL, error) {
+	postgres := kind == Postgres
 	if table == "" {
 		table = DefaultTable
 	}
@@ -77,7 +127,16 @@ func Build(table string, postgres bool) (SQL, error) {
 		return SQL{}, fmt.Errorf("invalid table name %q (want [schema.]name of letters, digits and '_', the name at most 47 bytes)", table)
 	}
 	schema, name := m[1], m[2]
+	switch {
+	case postgres && pgtable.TempSchema.MatchString(schema):
+		return SQL{}, fmt.Errorf("table %q is in a temporary schema: its rows would belong to one connection and vanish with it, and a redelivery on another connection or after a restart would be applied again", table)
+	case kind == SQLite && (strings.EqualFold(schema, "temp") || strings.EqualFold(schema, "temporary")):
+		return SQL{}, fmt.Errorf("table %q is in SQLite's temporary schema: its rows would belong to one connection and vanish when it closes", table)
+	}
 	q := func(s string) string { return `"` + s + `"` }
+	if kind == MySQL {
+		q = func(s string) string { return "`" + s + "`" }
+	}
 	t := q(name)
 	if schema != "" {
 		t = q(schema) + "." + q(name)
@@ -98,9 +157,52 @@ func Build(table string, postgres bool) (SQL, error) {
 			},
 			Insert:   `INSERT INTO ` + t + ` (namespace, key) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 			PID:      `SELECT pg_backend_pid()`,
+			Cancel:   CancelBackend,
+			Schema:   schema,
+			Name:     name,
+			Resolve:  pgtable.Query,
+			Table:    t,
 			Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = $1 AND key = $2)`,
-			Purge: `DELETE FROM ` + t + ` WHERE (namespace, key) IN (SELECT namespace, key FROM ` + t +
-				` WHERE recorded_at < $1 ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED)`,
+			// $3 is where the batch starts: the newest recorded_at the
+			// previous batch deleted. Starting the index scan there, not
+			// at the oldest entry, skips the index entries of the rows
+			// earlier batches deleted, which stay until VACUUM: from the
+			// oldest entry every batch would walk past all of them, and a
+			// purge of millions of rows would slow down batch after batch.
+			Purge: `WITH d AS (DELETE FROM ` + t + ` WHERE (namespace, key) IN (SELECT namespace, key FROM ` + t +
+				` WHERE recorded_at >= $3 AND recorded_at < $1 ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING recorded_at)
+SELECT count(*), max(recorded_at) FROM d`,
+		}, nil
+	}
+	if kind == MySQL {
+		// Binary columns: keys compare byte for byte (a utf8mb4 column
+		// would compare under a collation, where "a" = "A" = "a ", and two
+		// keys would be one). ENGINE=InnoDB: the key must commit with the
+		// effect (New checks the engine of a table that existed).
+		// recorded_at is Unix nanoseconds, free of time zones. The INSERT
+		// updates nothing on a duplicate, so it affects one row when the
+		// key is new and none when it is recorded (New refuses a
+		// connection that counts found rows instead); unlike INSERT
+		// IGNORE, every other error stays an error.
+		return SQL{
+			MySQL: true,
+			Probe: `SELECT @@version`,
+			Create: []string{`CREATE TABLE IF NOT EXISTS ` + t + ` (
+	namespace   VARBINARY(1024) NOT NULL,
+	` + "`key`" + `       VARBINARY(1024) NOT NULL,
+	recorded_at BIGINT          NOT NULL,
+	PRIMARY KEY (namespace, ` + "`key`" + `),
+	INDEX ` + idx + ` (recorded_at)
+) ENGINE=InnoDB`},
+			Insert:   `INSERT INTO ` + t + ` (namespace, ` + "`key`" + `, recorded_at) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE recorded_at = recorded_at`,
+			Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = ? AND ` + "`key`" + ` = ?)`,
+			Purge:    `DELETE FROM ` + t + ` WHERE recorded_at < ? ORDER BY recorded_at LIMIT ?`,
+			PID:      `SELECT CONNECTION_ID()`,
+			Cancel:   `KILL QUERY ?`,
+			Resolve:  `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`,
+			Schema:   schema,
+			Name:     name,
+			Table:    t,
 		}, nil
 	}
 	// SQLite: CREATE INDEX names the schema on the index, not the table.
@@ -110,6 +212,7 @@ func Build(table string, postgres bool) (SQL, error) {
 	}
 	return SQL{
 		Probe: `SELECT sqlite_version()`,
+		Table: t,
 		Create: []string{
 			`CREATE TABLE IF NOT EXISTS ` + t + ` (
 	namespace   TEXT    NOT NULL,
@@ -145,21 +248,22 @@ func (s SQL) InsertArgs(namespace, key string, now time.Time) []any {
 
 // StorageKey returns s as stored: verbatim when it is at most max bytes of
 // valid UTF-8 without NUL (which PostgreSQL text cannot hold) and does not
-// start with idempotency.HashedKeyPrefix; otherwise that prefix and the hex
+// start with claimkit.HashedKeyPrefix; otherwise that prefix and the hex
 // SHA-256 of s. A verbatim value never starts with the prefix and a hashed
 // one always does, so two different values never share a stored form
 // (short of a SHA-256 collision). Values are never truncated.
 func StorageKey(s string, max int) string {
-	if len(s) <= max && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 && !strings.HasPrefix(s, idempotency.HashedKeyPrefix) {
+	if len(s) <= max && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 && !strings.HasPrefix(s, claimkit.HashedKeyPrefix) {
 		return s
 	}
 	sum := sha256.Sum256([]byte(s))
-	return idempotency.HashedKeyPrefix + hex.EncodeToString(sum[:])
+	return claimkit.HashedKeyPrefix + hex.EncodeToString(sum[:])
 }
 
-// Namespacer returns the namespace function of receiver.StoreOptions: ns,
+// Namespacer returns the namespace function of receiver.Config.Namespace: ns,
 // or the message's destination when ns is ""; topic deliveries append "#"
-// and the consumer.
+// and the consumer, escaped by keyjoin.Topic so that two different pairs
+// never share a namespace.
 func Namespacer(ns string) func(m *receiver.Message) string {
 	return func(m *receiver.Message) string {
 		base := ns
@@ -167,7 +271,7 @@ func Namespacer(ns string) func(m *receiver.Message) string {
 			base = m.Destination
 		}
 		if m.IsTopic() {
-			return base + "#" + m.Consumer
+			return keyjoin.Topic(base, m.Consumer)
 		}
 		return base
 	}
@@ -182,7 +286,7 @@ type Counter struct {
 
 // NewCounter returns a Counter for m (nil allowed).
 func NewCounter(m *receiver.Metrics) Counter {
-	return Counter{m: m, bounds: receiver.StoreBucketBounds()}
+	return Counter{m: m, bounds: storelat.Bounds[:]}
 }
 
 // Observe counts one call that took d (StoreCalls, StoreNanos,
@@ -209,8 +313,10 @@ func (c Counter) Observe(d time.Duration, err error) {
 type sqlStater interface{ SQLState() string }
 
 // Conflict reports whether err is a PostgreSQL serialization failure
-// (SQLSTATE 40001) or deadlock (40P01): the transaction lost a race and
-// the delivery must be retried.
+// (SQLSTATE 40001) or deadlock (40P01), or MySQL's deadlock (error 1213,
+// which rolled the whole transaction back) or lock-wait timeout (1205,
+// which rolled back only the statement): the transaction lost a race
+// and the delivery must be retried.
 func Conflict(err error) bool {
 	var s sqlStater
 	if errors.As(err, &s) {
@@ -219,7 +325,32 @@ func Conflict(err error) bool {
 			return true
 		}
 	}
+	switch MySQLErrno(err) {
+	case 1213, 1205:
+		return true
+	}
 	return false
+}
+
+// mysqlErrRE matches the text of a go-sql-driver/mysql server error,
+// "Error 1213 (40001): ..." (or "Error 1213: ..." without a state).
+var mysqlErrRE = regexp.MustCompile(`^Error ([0-9]{4,5})(?: \([0-9A-Z]{5}\))?: `)
+
+// MySQLErrno returns the MySQL server error number of err or of an error
+// it wraps, 0 if there is none. The inbox imports no driver, so it reads
+// the number from go-sql-driver/mysql's error text (its tests pin the
+// format against a real server).
+func MySQLErrno(err error) int {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if m := mysqlErrRE.FindStringSubmatch(e.Error()); m != nil {
+			n := 0
+			for _, c := range m[1] {
+				n = n*10 + int(c-'0')
+			}
+			return n
+		}
+	}
+	return 0
 }
 
 // Describe wraps err from operation op with the inbox prefix, naming a
@@ -301,6 +432,25 @@ func BatchLimits(lanes, maxBatch int, linger time.Duration) (int, int, time.Dura
 		linger = DefaultLinger
 	}
 	return lanes, maxBatch, linger, nil
+}
+
+// MaxPostgresBatch is the most members a batch may have on PostgreSQL.
+// Every member that writes runs under a savepoint of its own, a
+// subtransaction with an id, and so does the lane's BatchSavepoint around
+// them. A backend caches 64 such ids; past that, every snapshot taken on
+// the server while the batch is open is marked overflowed, and each
+// session reading the batch's rows looks each of them up in pg_subtrans
+// (inbox's BenchmarkSubtransactionCache: 64 Subtrans SLRU accesses per
+// batch of 63 members, 7,367 per batch of 64, while four readers count
+// the table).
+const MaxPostgresBatch = 63
+
+// PostgresBatch refuses a MaxBatch over MaxPostgresBatch.
+func PostgresBatch(maxBatch int) error {
+	if maxBatch > MaxPostgresBatch {
+		return fmt.Errorf("MaxBatch %d is over %d on PostgreSQL: a batch of more members holds more than the 64 subtransactions a backend caches (a savepoint per member and one per batch), which makes every snapshot on the server overflow and slows every reader of the table", maxBatch, MaxPostgresBatch)
+	}
+	return nil
 }
 
 // Limits validates and defaults the numeric options: a zero retention,

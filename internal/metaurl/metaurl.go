@@ -17,7 +17,9 @@ const (
 )
 
 // CutParam removes the query parameter name from rawURL and returns its
-// value (def when absent) and the URL without it.
+// value (def when absent) and the URL without it. The other parameters
+// keep their text and order: re-encoding them would turn an escaped space
+// (%20) into "+", which pgx passes to the server as a plus sign.
 func CutParam(rawURL, name, def string) (value, rest string, err error) {
 	base, query, ok := strings.Cut(rawURL, "?")
 	if !ok {
@@ -25,17 +27,31 @@ func CutParam(rawURL, name, def string) (value, rest string, err error) {
 	}
 	q, err := url.ParseQuery(query)
 	if err != nil {
-		return "", "", fmt.Errorf("%w: %q: bad query: %v", metadata.ErrUnsupportedURL, metadata.RedactURL(base), err)
+		return "", "", fmt.Errorf("%w: %q: bad query: %v", metadata.ErrUnsupportedURL, redact.Strict(base), err)
 	}
 	value = def
 	if vs, ok := q[name]; ok {
 		value = vs[len(vs)-1]
-		delete(q, name)
 	}
-	if len(q) == 0 {
-		return value, base, nil
+	if kept := withoutParam(query, name); kept != "" {
+		return value, base + "?" + kept, nil
 	}
-	return value, base + "?" + q.Encode(), nil
+	return value, base, nil
+}
+
+// withoutParam returns query (a URL's query text, which url.ParseQuery
+// accepts) without its name=value pairs for name, every other pair kept
+// as written.
+func withoutParam(query, name string) string {
+	var kept []string
+	for _, part := range strings.Split(query, "&") {
+		k, _, _ := strings.Cut(part, "=")
+		if key, err := url.QueryUnescape(k); part == "" || err == nil && key == name {
+			continue
+		}
+		kept = append(kept, part)
+	}
+	return strings.Join(kept, "&")
 }
 
 // CheckURL refuses a URL that net/url cannot split as a backend would

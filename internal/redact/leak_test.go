@@ -14,6 +14,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency/pgstore"
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	_ "github.com/acemq/msgaudit/idempotency/sqlitestore"
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/metadata"
 	_ "github.com/acemq/msgaudit/metadata/pgmeta"
 	_ "github.com/acemq/msgaudit/metadata/redismeta"
@@ -116,7 +117,8 @@ const closed = "127.0.0.1:1"
 
 // TestPasswordNeverLeaks is a property test: for any printable password,
 // raw or escaped, in every URL form each backend accepts (redis, rediss,
-// postgres URL and key=value DSN, amqp, STOMP addresses and passcode), no
+// Redis Cluster and Sentinel, postgres URL and key=value DSN, amqp, STOMP
+// addresses and passcode), no
 // error (nor any error it wraps), no log line and no %v / %+v / %#v / %s of
 // an exported type holds a fragment of it. Each check draws a password and
 // one of the inputs. Connections go to a closed port on loopback, so what
@@ -168,47 +170,77 @@ func TestPasswordNeverLeaks(t *testing.T) {
 				s, err := idempotency.Open(ctx(), u, idempotency.Options{})
 				if err == nil {
 					_ = s.Close()
-					t.Fatalf("%s opened", idempotency.RedactURL(u))
+					t.Fatalf("%s opened", redact.URL(u))
 				}
 				add("idempotency.Open", errorTexts(err)...)
 				m, err := metadata.Open(ctx(), u)
 				if err == nil {
 					_ = m.Close()
-					t.Fatalf("%s opened", metadata.RedactURL(u))
+					t.Fatalf("%s opened", redact.URL(u))
 				}
 				add("metadata.Open", errorTexts(err)...)
-				add("RedactURL", idempotency.RedactURL(u), metadata.RedactURL(u))
-			}, func() {
-				// RabbitMQ's store URL.
-				cfg := rabbitconsumer.Config{URL: "amqp://guest:guest@" + closed + "/", StoreURL: u, Queue: "q", Handler: h,
-					Logger: logger, ConnectRetries: 1, ConnectTimeout: time.Second}
-				add("rabbitconsumer.Config", fmt.Sprintf("%v|%+v|%#v|%s", cfg, cfg, cfg, cfg))
-				c, err := rabbitconsumer.New(cfg)
-				if err != nil {
-					add("rabbitconsumer.New", errorTexts(err)...)
-					return
-				}
-				add("rabbitconsumer.Consumer", fmt.Sprintf("%v|%+v|%#v|%s", c, c, c, c))
-				add("rabbitconsumer.Run(StoreURL)", errorTexts(c.Run(ctx()))...)
+				add("RedactURL", redact.URL(u), redact.Strict(u))
 			})
 		}
 		for _, d := range dsns {
 			cases = append(cases, func() {
-				s, err := pgstore.Open(ctx(), d, idempotency.Options{})
+				s, err := pgstore.Open(ctx(), d, pgstore.Options{})
 				if err == nil {
 					_ = s.Close()
 					t.Fatal("DSN opened")
 				}
 				add("pgstore.Open(DSN)", errorTexts(err)...)
-				add("RedactURL(DSN)", idempotency.RedactURL(d))
+				add("RedactURL(DSN)", redact.URL(d))
+			})
+		}
+		// Redis Cluster and Sentinel: the data nodes' password in the
+		// userinfo, the Sentinels' in sentinel_password, each also next to
+		// a query parameter go-redis refuses (its error names the
+		// parameter).
+		var multi []string
+		for _, scheme := range []string{"redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"} {
+			path := ""
+			if strings.Contains(scheme, "sentinel") {
+				path = "/mymaster"
+			}
+			for _, ui := range userinfo("user", pw) {
+				for _, q := range []string{"?max_retries=-1", "?max_retries=-1&bogus=1"} {
+					multi = append(multi, scheme+"://"+ui+"@"+closed+",127.0.0.1:2"+path+q)
+				}
+			}
+			if path != "" {
+				// Escaped, and escaped but for a raw '#', which starts a
+				// fragment holding the rest of the password.
+				for _, enc := range []string{url.QueryEscape(pw), strings.ReplaceAll(url.QueryEscape(pw), "%23", "#")} {
+					for _, q := range []string{"?max_retries=-1", "?bogus=1"} {
+						multi = append(multi, scheme+"://"+closed+path+q+"&sentinel_password="+enc)
+					}
+				}
+			}
+		}
+		for _, u := range multi {
+			cases = append(cases, func() {
+				s, err := idempotency.Open(ctx(), u, idempotency.Options{})
+				if err == nil {
+					_ = s.Close()
+					t.Fatalf("%s opened", redact.URL(u))
+				}
+				add("idempotency.Open", errorTexts(err)...)
+				m, err := metadata.Open(ctx(), u)
+				if err == nil {
+					_ = m.Close()
+					t.Fatalf("%s opened", redact.URL(u))
+				}
+				add("metadata.Open", errorTexts(err)...)
+				add("RedactURL", redact.URL(u), redact.Strict(u))
 			})
 		}
 		// RabbitMQ: the broker URL.
 		for _, ui := range userinfo("guest", pw) {
 			for _, u := range []string{"amqp://" + ui + "@" + closed + "/", "amqps://" + ui + "@" + closed + "/"} {
 				cases = append(cases, func() {
-					cfg := rabbitconsumer.Config{URL: u, Queue: "q", Handler: h, Logger: logger, ConnectRetries: 1,
-						ConnectTimeout: time.Second, ReconnectBackoff: rabbitconsumer.Backoff{Initial: time.Millisecond, Max: time.Millisecond}}
+					cfg := rabbitconsumer.Config{URL: u, Queue: "q", Handler: h, Pipeline: receiver.Config{Logger: logger}, ConnectRetries: 1,
+						ConnectTimeout: time.Second, ReconnectBackoff: receiver.Backoff{Initial: time.Millisecond, Max: time.Millisecond}}
 					add("rabbitconsumer.Config", fmt.Sprintf("%v|%+v|%#v|%s", cfg, cfg, cfg, cfg))
 					c, err := rabbitconsumer.New(cfg)
 					if err != nil {
@@ -227,10 +259,10 @@ func TestPasswordNeverLeaks(t *testing.T) {
 		}
 		for _, a := range addrs {
 			cases = append(cases, func() {
-				cfg := stompconsumer.Config{Addresses: a, Login: "user", Passcode: pw, Logger: logger,
+				cfg := stompconsumer.Config{Addresses: a, Login: "user", Passcode: pw, Pipeline: receiver.Config{Logger: logger},
 					Subscriptions:  []stompconsumer.Subscription{{Destination: "/queue/q", Handler: h}},
 					ConnectRetries: 1, ConnectTimeout: time.Second,
-					ReconnectBackoff: stompconsumer.Backoff{Initial: time.Millisecond, Max: time.Millisecond}}
+					ReconnectBackoff: receiver.Backoff{Initial: time.Millisecond, Max: time.Millisecond}}
 				add("stompconsumer.Config", fmt.Sprintf("%v|%+v|%#v|%s", cfg, cfg, cfg, cfg))
 				c, err := stompconsumer.New(cfg)
 				if err != nil {
@@ -261,15 +293,19 @@ func TestPasswordLeakProbe(t *testing.T) {
 		{"slash in a redis password", "redis://user:TopQ/SecretQ@127.0.0.1:1/0", "TopQ"},
 		{"hash in a redis password", "redis://user:TopQ#SecretQ@127.0.0.1:1/0", "TopQ"},
 		{"question mark in a redis password", "redis://user:TopQ?SecretQ@127.0.0.1:1/0", "TopQ"},
+		{"hash in a cluster password", "redis+cluster://user:TopQ#SecretQ@127.0.0.1:1,127.0.0.1:2", "TopQ"},
+		{"question mark in a cluster password", "redis+cluster://user:TopQ?SecretQ@127.0.0.1:1?bogus=1", "SecretQ"},
+		{"slash in a sentinel password", "redis+sentinel://user:TopQ/SecretQ@127.0.0.1:1/mymaster", "SecretQ"},
+		{"hash in a sentinel password", "redis+sentinel://user:TopQ#SecretQ@127.0.0.1:1/mymaster", "TopQ"},
 		{"space and at in a postgres password", "postgres://postgres:TopQ@ SecretQ@127.0.0.1:1/test", "SecretQ"},
 		{"quoted DSN password", `host=127.0.0.1 port=1 password='TopQ\' SecretQ' connect_timeout=abc`, "SecretQ"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var err error
 			if strings.HasPrefix(c.url, "redis") {
-				_, err = redisstore.Open(ctx, c.url, idempotency.Options{}, nil)
+				_, err = redisstore.Open(ctx, c.url, redisstore.Options{})
 			} else {
-				_, err = pgstore.Open(ctx, c.url, idempotency.Options{})
+				_, err = pgstore.Open(ctx, c.url, pgstore.Options{})
 			}
 			if err == nil {
 				t.Fatal("opened")

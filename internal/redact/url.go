@@ -19,7 +19,9 @@ var secretParams = []string{"password", "pass", "passwd", "sslpassword", "secret
 // host (redis:/u:pw@h, redis:///u:pw@h), a bad port or escape, a raw
 // '/', '?', '#' or '@' in the userinfo (redis://u:a/b@h) — is masked
 // textually the same way, erring towards masking too much, so the result
-// is safe to put in an error or a log line either way.
+// is safe to put in an error or a log line either way. In a URL that holds
+// a secret, a fragment is masked as well: it is the rest of a password
+// whose raw '#' ended it.
 func URL(rawURL string) string {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" || u.Opaque != "" || (u.Host == "" && strings.Contains(u.Path, "@")) || ambiguousUserinfo(rawURL) {
@@ -53,6 +55,12 @@ func URL(rawURL string) string {
 	}
 	if !changed {
 		return rawURL // unchanged, byte for byte
+	}
+	// A connection URL has no use for a fragment: in one that holds a
+	// secret, a fragment is the rest of a password whose raw '#' ended it
+	// ("?password=ab#cd").
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = Mask, ""
 	}
 	return u.String()
 }

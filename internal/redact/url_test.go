@@ -9,7 +9,7 @@ func TestURL(t *testing.T) {
 	t.Parallel()
 	// The common forms (userinfo, password= and sslpassword=, bad ports
 	// and escapes, libpq quoting, opaque, host-less and scheme-less
-	// strings) are tabled by idempotency.TestRedactURL, which calls URL
+	// strings) are tabled by TestURLStoreForms
 	// through its wrapper; these are the cases it does not cover.
 	tests := []struct{ in, want string }{
 		{"", ""},
@@ -31,6 +31,10 @@ func TestURL(t *testing.T) {
 		{"postgres:s3cret@h", "postgres:xxxxx@h"},
 		{"redis:s3cret@h:6379/0?x=1", "redis:xxxxx@h:6379/0?x=1"},
 		{"redis:@h", "redis:@h"},
+		// A raw '#' in a query password starts a fragment: masked with it.
+		{"redis+sentinel://h:1/m?sentinel_password=AB#JJJJ&x=1", "redis+sentinel://h:1/m?sentinel_password=xxxxx#xxxxx"},
+		{"redis://u:pw@h/0#rest", "redis://u:xxxxx@h/0#xxxxx"},
+		{"redis://h/0?x=1#frag", "redis://h/0?x=1#frag"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -22,7 +22,9 @@
 //
 // The addresses are separated by commas in the host part, the form most
 // Redis clients use for several nodes; go-redis's own repeated addr=
-// parameters are accepted as well.
+// parameters are accepted as well. The userinfo ends at the last '@': a
+// raw '/', '?' or '#' in a user name or password is refused (percent-encode
+// it), never taken for the end of the address list.
 package redisconn
 
 import (
@@ -187,17 +189,12 @@ func splitAddrs(rawURL, defaultPort string) (*url.URL, []string, error) {
 	// The address list is cut out before url.Parse, which refuses an
 	// IPv6 literal that is not the whole host.
 	scheme, rest, _ := strings.Cut(rawURL, "://")
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
+	userinfo, hosts, tail := cutAuthority(rest)
+	if strings.ContainsAny(userinfo, "/?#") {
+		// Where such a password ends is a guess; quote none of it.
+		return nil, nil, errors.New("a raw '/', '?', '#' or '@' in the user information; percent-encode them in a user name or password (%2F %3F %23 %40)")
 	}
-	authority := rest[:end]
-	hosts := authority
-	userinfo := ""
-	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-		userinfo, hosts = authority[:at+1], authority[at+1:]
-	}
-	u, err := url.Parse(scheme + "://" + userinfo + "placeholder" + rest[end:])
+	u, err := url.Parse(scheme + "://" + userinfo + "placeholder" + tail)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -363,13 +360,24 @@ func OneHost(rawURL string) string {
 	if !ok || !strings.Contains(scheme, "+") {
 		return rawURL
 	}
+	userinfo, _, tail := cutAuthority(rest)
+	return scheme + "://" + userinfo + "addrs" + tail
+}
+
+// cutAuthority splits rest, a URL after "://", into the userinfo (up to
+// and including the last '@', "" without one), the address list (up to
+// the first '/', '?' or '#' after it) and the tail. The userinfo ends at
+// the last '@' even past a '/', '?' or '#', so that a password holding one
+// of them stays in the userinfo, where checks refuse it (see
+// redact.ParseURL), and is never taken for an address, a path or a query
+// that errors would quote.
+func cutAuthority(rest string) (userinfo, hosts, tail string) {
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		userinfo, rest = rest[:at+1], rest[at+1:]
+	}
 	end := strings.IndexAny(rest, "/?#")
 	if end < 0 {
 		end = len(rest)
 	}
-	userinfo := ""
-	if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
-		userinfo = rest[:at+1]
-	}
-	return scheme + "://" + userinfo + "addrs" + rest[end:]
+	return userinfo, rest[:end], rest[end:]
 }

@@ -111,9 +111,37 @@ func TestOneHost(t *testing.T) {
 		"redis+cluster://h1:1,h2:2":                    "redis+cluster://addrs",
 		"redis://u:p@[::1]:6379/0":                     "redis://u:p@[::1]:6379/0",
 		"unix:///run/redis.sock":                       "unix:///run/redis.sock",
+		// A raw '#', '?' or '/' in a password stays in the userinfo,
+		// where redact.ParseURL refuses it, and is never taken for an
+		// address, a query or a path.
+		"redis+cluster://u:Top#Secret@h1:1,h2:2?x=1":   "redis+cluster://u:Top#Secret@addrs?x=1",
+		"redis+sentinel://u:Top?Secret@h1:1/m":         "redis+sentinel://u:Top?Secret@addrs/m",
+		"rediss+sentinel://u:Top/Secret@h1:1,h2:2/m/0": "rediss+sentinel://u:Top/Secret@addrs/m/0",
 	} {
 		if got := redisconn.OneHost(in); got != want {
 			t.Errorf("OneHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestParseRawDelimiterInPassword: Parse refuses a cluster or Sentinel URL
+// whose password holds a raw '#', '?' or '/' with an error that quotes no
+// part of the password; it used to end the address list at that byte and
+// quote the password's head as an address ("user:Top": invalid port).
+func TestParseRawDelimiterInPassword(t *testing.T) {
+	for _, in := range []string{
+		"redis+cluster://user:TopQ#SecretQ@127.0.0.1:1,127.0.0.1:2",
+		"redis+cluster://user:TopQ?SecretQ@127.0.0.1:1",
+		"redis+sentinel://user:TopQ/SecretQ@127.0.0.1:1/mymaster",
+		"rediss+sentinel://user:TopQ#SecretQ@127.0.0.1:1/mymaster?dial_timeout=1s",
+	} {
+		_, err := redisconn.Parse(in)
+		if err == nil {
+			t.Errorf("Parse(%q) succeeded", in)
+			continue
+		}
+		if strings.Contains(err.Error(), "TopQ") || strings.Contains(err.Error(), "SecretQ") {
+			t.Errorf("Parse(%q) = %v: quotes the password", in, err)
 		}
 	}
 }

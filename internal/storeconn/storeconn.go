@@ -32,7 +32,9 @@ func CtxDone(ctx context.Context) error {
 
 // CutQueryParam removes every occurrence of the query parameter name from
 // rawURL and returns the rest of the URL byte for byte, the parameter's last
-// value and whether it was present. Only the query text is re-encoded.
+// value and whether it was present. The other parameters keep their text
+// and order: re-encoding them would turn an escaped space (%20) into "+",
+// which pgx passes to the server as a plus sign.
 func CutQueryParam(rawURL, name string) (clean, value string, found bool, err error) {
 	base, rest, hasQuery := strings.Cut(rawURL, "?")
 	if !hasQuery {
@@ -43,22 +45,33 @@ func CutQueryParam(rawURL, name string) (clean, value string, found bool, err er
 	if err != nil {
 		return "", "", false, fmt.Errorf("query: %w", err)
 	}
-	if v, ok := vals[name]; ok {
-		found = true
-		value = v[len(v)-1]
-		vals.Del(name)
-	}
+	v, found := vals[name]
 	if !found {
 		return rawURL, "", false, nil
 	}
 	clean = base
-	if enc := vals.Encode(); enc != "" {
-		clean += "?" + enc
+	if kept := withoutParam(query, name); kept != "" {
+		clean += "?" + kept
 	}
 	if hasFragment {
 		clean += "#" + fragment
 	}
-	return clean, value, true, nil
+	return clean, v[len(v)-1], true, nil
+}
+
+// withoutParam returns query (a URL's query text, which url.ParseQuery
+// accepts) without its name=value pairs for name, every other pair kept
+// as written.
+func withoutParam(query, name string) string {
+	var kept []string
+	for _, part := range strings.Split(query, "&") {
+		k, _, _ := strings.Cut(part, "=")
+		if key, err := url.QueryUnescape(k); part == "" || err == nil && key == name {
+			continue
+		}
+		kept = append(kept, part)
+	}
+	return strings.Join(kept, "&")
 }
 
 // UnwrapURLError drops the *url.Error layer of err, whose message quotes the

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/msgaudit/internal/metaurl"
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/metadata"
 )
 
@@ -34,19 +35,19 @@ func openPostgresURL(ctx context.Context, rawURL string) (metadata.StoreCloser, 
 	if err := metaurl.CheckURL(rawURL); err != nil {
 		return nil, err
 	}
-	table, rest, err := metaurl.CutParam(rawURL, metaurl.TableParam, DefaultTable)
+	table, rest, err := metaurl.CutParam(rawURL, metaurl.TableParam, defaultTable)
 	if err != nil {
 		return nil, err
 	}
 	cfg, err := pgxpool.ParseConfig(rest)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: cannot parse PostgreSQL URL", metadata.ErrUnsupportedURL, metadata.RedactURL(rawURL))
+		return nil, fmt.Errorf("%w: %q: cannot parse PostgreSQL URL", metadata.ErrUnsupportedURL, redact.Strict(rawURL))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, metaurl.RedactError(fmt.Errorf("metadata: postgres %s: %w", metadata.RedactURL(rawURL), err), rawURL)
+		return nil, metaurl.RedactError(fmt.Errorf("metadata: postgres %s: %w", redact.Strict(rawURL), err), rawURL)
 	}
-	s, err := New(pool, table)
+	s, err := newStore(pool, table)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -60,7 +61,7 @@ func openPostgresURL(ctx context.Context, rawURL string) (metadata.StoreCloser, 
 		if cause == nil {
 			cause = err
 		}
-		return nil, metaurl.RedactError(fmt.Errorf("metadata: postgres %s: migrate: %w", metadata.RedactURL(rawURL), cause), rawURL)
+		return nil, metaurl.RedactError(fmt.Errorf("metadata: postgres %s: migrate: %w", redact.Strict(rawURL), cause), rawURL)
 	}
 	return s, nil
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
 	"github.com/acemq/msgaudit/metadata"
 	"github.com/acemq/msgaudit/metadata/pgmeta"
 	"github.com/acemq/msgaudit/metadata/storetest"
@@ -33,7 +33,7 @@ func TestPoolerConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Opener {
 		table := newTable(t, pool)
 		return func(t *testing.T) metadata.Store {
-			s, err := pgmeta.New(pool, table)
+			s, err := pgmeta.New(context.Background(), pool, pgmeta.Options{Table: table})
 			if err != nil {
 				t.Fatal(err)
 			}

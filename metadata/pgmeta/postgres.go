@@ -1,6 +1,7 @@
 package pgmeta
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,27 +12,31 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/acemq/msgaudit/internal/pgpooler"
+	"github.com/acemq/msgaudit/internal/pgtable"
 	"github.com/acemq/msgaudit/metadata"
 )
 
-// DefaultTable is the table name Open uses for PostgreSQL and SQLite when
-// the URL names none.
-const DefaultTable = "msgaudit_metadata"
+// defaultTable is the table when Options.Table and the URL name none.
+const defaultTable = "msgaudit_metadata"
+
+// Options configures a PostgreSQL metadata store. The zero value means
+// every default.
+type Options struct {
+	// Table is the store's table, plain or schema.table; a temporary
+	// schema such as pg_temp, private to each connection, is refused.
+	// Empty means "msgaudit_metadata".
+	Table string
+}
 
 // tableName accepts a plain or schema-qualified SQL identifier.
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
-
-// tempSchema matches the schemas private to a session (pg_temp, pg_temp_N
-// and their TOAST schemas), in any case: a table there is not shared by
-// the connections of a pool.
-var tempSchema = regexp.MustCompile(`(?i)^pg_(toast_)?temp(_[0-9]+)?$`)
 
 // quoteTable validates name and returns it quoted for SQL text.
 func quoteTable(name string) (string, error) {
 	if !tableName.MatchString(name) {
 		return "", fmt.Errorf("%w: table %q", metadata.ErrInvalidName, name)
 	}
-	if schema, _, ok := strings.Cut(name, "."); ok && tempSchema.MatchString(schema) {
+	if schema, _, ok := strings.Cut(name, "."); ok && pgtable.TempSchema.MatchString(schema) {
 		return "", fmt.Errorf("%w: table %q is in a temporary schema, private to each pooled connection", metadata.ErrInvalidName, name)
 	}
 	return pgx.Identifier(strings.Split(name, ".")).Sanitize(), nil
@@ -51,11 +56,19 @@ type Store struct {
 
 var _ metadata.StoreCloser = (*Store)(nil)
 
-// New returns a store on table (plain or schema.table; not in a
-// temporary schema such as pg_temp, private to each connection) reached
-// through pool, which the application may share with other work; Close
-// leaves it open. Call Migrate once to create the table.
-func New(pool *pgxpool.Pool, table string) (*Store, error) {
+// New returns a store on opts.Table reached through pool, which the
+// application may share with other work; Close leaves it open. New does
+// no I/O: call Migrate once to create the table.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return newStore(pool, cmp.Or(opts.Table, defaultTable))
+}
+
+// newStore is New with the table settled; an empty one (from a URL's
+// msgaudit_table=) is refused.
+func newStore(pool *pgxpool.Pool, table string) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("metadata: pgmeta.New: nil pool")
 	}
@@ -81,13 +94,33 @@ SELECT false, value FROM ` + q + ` WHERE key = $1`,
 	}, nil
 }
 
-// Migrate creates the table if it does not exist. It is idempotent.
+// Migrate creates the table if it does not exist. It is idempotent. It
+// then checks the table its name resolved to on that connection, and
+// refuses (with ErrInvalidName) a temporary one (an unqualified name under
+// a search_path that starts with pg_temp, which URL options can set) and
+// an unlogged one (emptied by crash recovery, absent on standbys): both
+// lose what was stored.
 func (s *Store) Migrate(ctx context.Context) error {
-	_, err := s.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
+	var bad error
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
 	key bytea PRIMARY KEY,
 	value bytea NOT NULL,
 	updated_at timestamptz NOT NULL DEFAULT now()
-)`)
+)`); err != nil {
+			return err
+		}
+		var schema, persistence string
+		err := tx.QueryRow(ctx, pgtable.Query, s.table).Scan(&schema, &persistence)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		bad = pgtable.Check(s.table, err == nil, schema, persistence)
+		return bad // rolls a temporary table's creation back
+	})
+	if bad != nil {
+		return fmt.Errorf("metadata: postgres migrate: %w", fmt.Errorf("%w: %w", metadata.ErrInvalidName, bad))
+	}
 	if err != nil {
 		return fmt.Errorf("metadata: postgres migrate: %w", pgpooler.Explain(err))
 	}

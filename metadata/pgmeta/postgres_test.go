@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testenv"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"github.com/acemq/msgaudit/metadata"
 	"github.com/acemq/msgaudit/metadata/pgmeta"
 	"github.com/acemq/msgaudit/metadata/storetest"
@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 func newTable(t testing.TB, pool *pgxpool.Pool) string {
 	t.Helper()
 	table := "mdtest_" + storetestkit.Hex(6)
-	s, err := pgmeta.New(pool, table)
+	s, err := pgmeta.New(context.Background(), pool, pgmeta.Options{Table: table})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Opener {
 		table := newTable(t, pool)
 		return func(t *testing.T) metadata.Store {
-			s, err := pgmeta.New(pool, table)
+			s, err := pgmeta.New(context.Background(), pool, pgmeta.Options{Table: table})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,16 +99,16 @@ func TestConformance(t *testing.T) {
 // accepted.
 func TestNewArguments(t *testing.T) {
 	t.Parallel()
-	if _, err := pgmeta.New(nil, "t"); err == nil {
+	if _, err := pgmeta.New(context.Background(), nil, pgmeta.Options{Table: "t"}); err == nil {
 		t.Error("pgmeta.New(nil pool) succeeded")
 	}
-	for _, name := range []string{"", "1abc", "a.b.c", "a b", `a"b`, strings.Repeat("x", 64)} {
-		if _, err := pgmeta.New(&pgxpool.Pool{}, name); !errors.Is(err, metadata.ErrInvalidName) {
+	for _, name := range []string{"1abc", "a.b.c", "a b", `a"b`, strings.Repeat("x", 64)} {
+		if _, err := pgmeta.New(context.Background(), &pgxpool.Pool{}, pgmeta.Options{Table: name}); !errors.Is(err, metadata.ErrInvalidName) {
 			t.Errorf("pgmeta.New(%q) = %v; want ErrInvalidName", name, err)
 		}
 	}
-	for _, name := range []string{"t", "public.t", "_x9", strings.Repeat("x", 63)} {
-		if _, err := pgmeta.New(&pgxpool.Pool{}, name); err != nil {
+	for _, name := range []string{"", "t", "public.t", "_x9", strings.Repeat("x", 63)} { // "": the default table
+		if _, err := pgmeta.New(context.Background(), &pgxpool.Pool{}, pgmeta.Options{Table: name}); err != nil {
 			t.Errorf("pgmeta.New(%q) = %v", name, err)
 		}
 	}
@@ -128,7 +128,7 @@ func TestUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s, err := pgmeta.New(pool, "t")
+	s, err := pgmeta.New(context.Background(), pool, pgmeta.Options{Table: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestUnreachable(t *testing.T) {
 func BenchmarkStore(b *testing.B) {
 	pool := postgresPool(b)
 	storetest.Bench(b, func(b *testing.B) metadata.Store {
-		s, err := pgmeta.New(pool, newTable(b, pool))
+		s, err := pgmeta.New(context.Background(), pool, pgmeta.Options{Table: newTable(b, pool)})
 		if err != nil {
 			b.Fatal(err)
 		}

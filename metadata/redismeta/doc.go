@@ -25,6 +25,7 @@ import (
 	"fmt"
 
 	"github.com/acemq/msgaudit/internal/metaurl"
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/redisconn"
 	"github.com/acemq/msgaudit/metadata"
 )
@@ -39,17 +40,17 @@ func openRedisURL(ctx context.Context, rawURL string) (metadata.StoreCloser, err
 	if err := metaurl.CheckURL(redisconn.OneHost(rawURL)); err != nil {
 		return nil, err
 	}
-	prefix, rest, err := metaurl.CutParam(rawURL, metaurl.PrefixParam, DefaultPrefix)
+	prefix, rest, err := metaurl.CutParam(rawURL, metaurl.PrefixParam, defaultPrefix)
 	if err != nil {
 		return nil, err
 	}
 	cfg, err := redisconn.Parse(rest)
 	if err != nil {
 		// go-redis errors can quote the URL: every secret of it is masked.
-		return nil, metaurl.RedactError(fmt.Errorf("%w: %q: cannot parse Redis URL: %v", metadata.ErrUnsupportedURL, metadata.RedactURL(rawURL), err), rawURL)
+		return nil, metaurl.RedactError(fmt.Errorf("%w: %q: cannot parse Redis URL: %v", metadata.ErrUnsupportedURL, redact.Strict(rawURL), err), rawURL)
 	}
 	client := cfg.NewClient()
-	s, err := New(client, prefix)
+	s, err := newStore(client, prefix)
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -57,7 +58,7 @@ func openRedisURL(ctx context.Context, rawURL string) (metadata.StoreCloser, err
 	s.owned = true
 	if err := client.Ping(ctx).Err(); err != nil {
 		client.Close()
-		return nil, metaurl.RedactError(fmt.Errorf("metadata: redis %s: %w", metadata.RedactURL(rawURL), err), rawURL)
+		return nil, metaurl.RedactError(fmt.Errorf("metadata: redis %s: %w", redact.Strict(rawURL), err), rawURL)
 	}
 	return s, nil
 }

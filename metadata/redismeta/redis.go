@@ -1,6 +1,7 @@
 package redismeta
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,9 +11,17 @@ import (
 	"github.com/acemq/msgaudit/metadata"
 )
 
-// DefaultPrefix is the key prefix Open uses for Redis when the URL
-// names none.
-const DefaultPrefix = "msgaudit:meta:"
+// defaultPrefix is the key prefix when Options.Prefix and the URL name
+// none.
+const defaultPrefix = "msgaudit:meta:"
+
+// Options configures a Redis metadata store. The zero value means every
+// default.
+type Options struct {
+	// Prefix starts every key the store writes, so the store never shares
+	// keys with other data. Empty means "msgaudit:meta:".
+	Prefix string
+}
 
 // Store is a metadata.Store in Redis: one string per key, under a prefix.
 // PutIfAbsent and Replace are Lua scripts, so each is one atomic round trip
@@ -51,11 +60,19 @@ end
 return 0
 `)
 
-// New returns a store that keeps its keys under prefix in client (a
+// New returns a store that keeps its keys under opts.Prefix in client (a
 // *redis.Client, *redis.ClusterClient or ring the application already has;
-// Close leaves it open). The prefix must not be empty, so the store never
-// shares keys with other data.
-func New(client redis.UniversalClient, prefix string) (*Store, error) {
+// Close leaves it open). New does no I/O.
+func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return newStore(client, cmp.Or(opts.Prefix, defaultPrefix))
+}
+
+// newStore is New with the prefix settled; an empty one (from a URL's
+// msgaudit_prefix=) is refused.
+func newStore(client redis.UniversalClient, prefix string) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("metadata: redismeta.New: nil client")
 	}
@@ -64,9 +81,6 @@ func New(client redis.UniversalClient, prefix string) (*Store, error) {
 	}
 	return &Store{client: client, prefix: prefix}, nil
 }
-
-// Prefix returns the key prefix.
-func (s *Store) Prefix() string { return s.prefix }
 
 // Get implements Store.
 func (s *Store) Get(ctx context.Context, key string) (string, bool, error) {

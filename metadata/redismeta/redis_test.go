@@ -2,15 +2,14 @@ package redismeta_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/acemq/msgaudit/internal/storetestkit"
-	"github.com/acemq/msgaudit/internal/testenv"
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
+	"github.com/acemq/msgaudit/internal/testkit/testenv"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"github.com/acemq/msgaudit/metadata"
 	"github.com/acemq/msgaudit/metadata/redismeta"
 	"github.com/acemq/msgaudit/metadata/storetest"
@@ -62,7 +61,7 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Opener {
 		prefix := newPrefix(t, admin)
 		return func(t *testing.T) metadata.Store {
-			s, err := redismeta.New(redisClient(t), prefix)
+			s, err := redismeta.New(context.Background(), redisClient(t), redismeta.Options{Prefix: prefix})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,17 +70,17 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestNewArguments: a nil client or an empty prefix is refused at
-// construction.
+// TestNewArguments: a nil client is refused at construction; an empty
+// prefix means the default one.
 func TestNewArguments(t *testing.T) {
 	t.Parallel()
-	if _, err := redismeta.New(nil, "p"); err == nil {
+	if _, err := redismeta.New(context.Background(), nil, redismeta.Options{Prefix: "p"}); err == nil {
 		t.Error("redismeta.New(nil) succeeded")
 	}
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	if _, err := redismeta.New(c, ""); !errors.Is(err, metadata.ErrInvalidName) {
-		t.Errorf("redismeta.New(empty prefix) = %v; want ErrInvalidName", err)
+	if _, err := redismeta.New(context.Background(), c, redismeta.Options{}); err != nil {
+		t.Errorf("redismeta.New(empty prefix, the default) = %v", err)
 	}
 }
 
@@ -92,7 +91,7 @@ func TestUnreachable(t *testing.T) {
 	ctx := testwait.Context(t, time.Minute)
 	rc := redis.NewClient(&redis.Options{Addr: storetestkit.ClosedAddr(t), MaxRetries: -1})
 	defer rc.Close()
-	s, err := redismeta.New(rc, "p:")
+	s, err := redismeta.New(context.Background(), rc, redismeta.Options{Prefix: "p:"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +109,7 @@ func TestUnreachable(t *testing.T) {
 func BenchmarkStore(b *testing.B) {
 	admin := redisClient(b)
 	storetest.Bench(b, func(b *testing.B) metadata.Store {
-		s, err := redismeta.New(admin, newPrefix(b, admin))
+		s, err := redismeta.New(context.Background(), admin, redismeta.Options{Prefix: newPrefix(b, admin)})
 		if err != nil {
 			b.Fatal(err)
 		}

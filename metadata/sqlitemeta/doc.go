@@ -7,8 +7,9 @@
 //	s, err := metadata.Open(ctx, "sqlite:/var/lib/app/meta.db")
 //
 // sqlite:PATH[?msgaudit_table=NAME] names the file and the table (default
-// DefaultTable). Open opens a file directly; New uses a database the
-// application opened.
+// "msgaudit_metadata"); a table in the temporary schema (temp.NAME) is refused,
+// its rows being private to one connection and gone when it closes. Open
+// opens a file directly; New uses a database the application opened.
 package sqlitemeta
 
 import (
@@ -20,14 +21,22 @@ import (
 	"github.com/acemq/msgaudit/metadata"
 )
 
-// DefaultTable is the table Open and a sqlite: URL without msgaudit_table
-// use.
-const DefaultTable = "msgaudit_metadata"
+// defaultTable is the table when Options.Table and the URL name none.
+const defaultTable = "msgaudit_metadata"
+
+// Options configures a SQLite metadata store. The zero value means every
+// default.
+type Options struct {
+	// Table is the store's table, plain or schema-qualified; a table in
+	// SQLite's temporary schema (temp.NAME) is refused. Empty means
+	// "msgaudit_metadata".
+	Table string
+}
 
 func init() { metadata.Register("sqlite", openSQLiteURL) }
 
 func openSQLiteURL(ctx context.Context, rawURL string) (metadata.StoreCloser, error) {
-	table, rest, err := metaurl.CutParam(rawURL, metaurl.TableParam, DefaultTable)
+	table, rest, err := metaurl.CutParam(rawURL, metaurl.TableParam, defaultTable)
 	if err != nil {
 		return nil, err
 	}
@@ -45,14 +54,25 @@ func check(ctx context.Context, key string, values ...string) (string, error) {
 }
 
 // quoteTable validates name (a plain or schema-qualified identifier) and
-// returns it quoted for SQL text.
-func quoteTable(name string) (string, error) {
+// returns it quoted for SQL text, with its schema. A table in SQLite's temporary schema
+// (temp., or temporary.) is refused: its rows belong to one connection and
+// vanish when it closes. An unqualified name is qualified with main, so a
+// temporary table of the same name on a shared connection cannot shadow
+// it.
+func quoteTable(name string) (quoted, schema string, err error) {
 	if !tableName.MatchString(name) {
-		return "", fmt.Errorf("%w: table %q", metadata.ErrInvalidName, name)
+		return "", "", fmt.Errorf("%w: table %q", metadata.ErrInvalidName, name)
 	}
 	parts := strings.Split(name, ".")
+	if len(parts) == 1 {
+		parts = []string{"main", parts[0]}
+	}
+	if s := strings.ToLower(parts[0]); s == "temp" || s == "temporary" {
+		return "", "", fmt.Errorf("%w: table %q is in SQLite's temporary schema, whose rows belong to one connection and vanish when it closes", metadata.ErrInvalidName, name)
+	}
+	schema = parts[0]
 	for i, p := range parts {
 		parts[i] = `"` + p + `"`
 	}
-	return strings.Join(parts, "."), nil
+	return strings.Join(parts, "."), schema, nil
 }

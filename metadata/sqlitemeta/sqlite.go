@@ -1,6 +1,7 @@
 package sqlitemeta
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -21,16 +22,20 @@ type Store struct {
 	owned bool // Close closes db
 
 	table                                    string // quoted
+	schema                                   string // the table's schema, unquoted
 	getSQL, insertSQL, replaceSQL, removeSQL string
 }
 
 var _ metadata.StoreCloser = (*Store)(nil)
 
 // Open opens (creating if needed) the database file at path in WAL
-// mode with a busy timeout, creates table DefaultTable and returns a store
-// on it. Close closes the database.
-func Open(ctx context.Context, path string) (*Store, error) {
-	return openSQLite(ctx, path, DefaultTable)
+// mode with a busy timeout, creates the table opts.Table and returns a
+// store on it. Close closes the database.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return openSQLite(ctx, path, cmp.Or(opts.Table, defaultTable))
 }
 
 func openSQLite(ctx context.Context, path, table string) (*Store, error) {
@@ -45,7 +50,7 @@ func openSQLite(ctx context.Context, path, table string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metadata: open sqlite: %w", err)
 	}
-	s, err := New(db, table)
+	s, err := newStore(db, table)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -58,22 +63,31 @@ func openSQLite(ctx context.Context, path, table string) (*Store, error) {
 	return s, nil
 }
 
-// New returns a store on table in db, a database opened with the
+// New returns a store on opts.Table in db, a database opened with the
 // "sqlite" driver of modernc.org/sqlite that the application may share;
 // Close leaves it open. Set a busy timeout on db (the _pragma=busy_timeout
-// DSN parameter) when several connections write. Call Migrate once to
-// create the table.
-func New(db *sql.DB, table string) (*Store, error) {
+// DSN parameter) when several connections write. New does no I/O: call
+// Migrate once to create the table.
+func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return newStore(db, cmp.Or(opts.Table, defaultTable))
+}
+
+// newStore is New with the table settled.
+func newStore(db *sql.DB, table string) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("metadata: sqlitemeta.New: nil db")
 	}
-	q, err := quoteTable(table)
+	q, schema, err := quoteTable(table)
 	if err != nil {
 		return nil, err
 	}
 	return &Store{
 		db:         db,
 		table:      q,
+		schema:     schema,
 		getSQL:     `SELECT value FROM ` + q + ` WHERE key = ?`,
 		insertSQL:  `INSERT INTO ` + q + ` (key, value, updated_at) VALUES (?, ?, unixepoch()) ON CONFLICT (key) DO NOTHING`,
 		replaceSQL: `UPDATE ` + q + ` SET value = ?, updated_at = unixepoch() WHERE key = ? AND value = ?`,
@@ -81,7 +95,9 @@ func New(db *sql.DB, table string) (*Store, error) {
 	}, nil
 }
 
-// Migrate creates the table if it does not exist. It is idempotent.
+// Migrate creates the table if it does not exist. It is idempotent. It
+// refuses (ErrInvalidName) a table in a database without a file, such as
+// ":memory:", whose values would vanish with the connection.
 func (s *Store) Migrate(ctx context.Context) error {
 	_, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+s.table+` (
 	key BLOB PRIMARY KEY,
@@ -90,6 +106,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 ) WITHOUT ROWID`)
 	if err != nil {
 		return fmt.Errorf("metadata: sqlite migrate: %w", err)
+	}
+	// A database without a file (":memory:", mode=memory, or the
+	// temporary one) loses its values when the connection closes, and
+	// each pooled connection has its own.
+	var file string
+	if err := s.db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = ?`, s.schema).Scan(&file); err != nil {
+		return fmt.Errorf("metadata: sqlite migrate: schema %s: %w", s.schema, err)
+	}
+	if file == "" {
+		return fmt.Errorf("metadata: sqlite migrate: %w: schema %s is in memory, not in a file: its values would vanish with the connection", metadata.ErrInvalidName, s.schema)
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/acemq/msgaudit/internal/testwait"
+	"github.com/acemq/msgaudit/internal/testkit/testwait"
 	"github.com/acemq/msgaudit/metadata"
 	"pgregory.net/rapid"
 )

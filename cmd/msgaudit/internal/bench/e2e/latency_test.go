@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStamp: a body stamped with a time reads back as that time to the
+// nanosecond, and a body without a stamp is told apart.
+func TestStamp(t *testing.T) {
+	for _, at := range []time.Time{time.Unix(1, 0), time.Unix(1_700_000_000, 123_456_789), time.Now()} {
+		b := bytes.Repeat([]byte("a"), 40)
+		stamp(b, at)
+		got, ok := sentAt(b)
+		if !ok || !got.Equal(at) {
+			t.Errorf("stamp %v: read %v, %t", at, got, ok)
+		}
+		if string(b[stampLen:]) != strings.Repeat("a", 40-stampLen) {
+			t.Errorf("stamp %v wrote past its %d bytes: %q", at, stampLen, b)
+		}
+	}
+	for _, b := range []string{"", "123", strings.Repeat("a", 40), strings.Repeat("0", 40)} {
+		if got, ok := sentAt([]byte(b)); ok {
+			t.Errorf("sentAt(%q) = %v, true; want no send time", b, got)
+		}
+	}
+}
+
+// TestQuantiles: p50 and p99 of known sets, nearest rank.
+func TestQuantiles(t *testing.T) {
+	tests := []struct {
+		ms       []int
+		p50, p99 float64
+	}{
+		{[]int{5}, 5, 5},
+		{[]int{1, 2}, 1, 2},
+		{[]int{3, 1, 2}, 2, 3},
+		{func() []int { // 1..100
+			v := make([]int, 100)
+			for i := range v {
+				v[100-1-i] = i + 1
+			}
+			return v
+		}(), 50, 99},
+		{func() []int { // 1..1000
+			v := make([]int, 1000)
+			for i := range v {
+				v[i] = i + 1
+			}
+			return v
+		}(), 500, 990},
+	}
+	for _, tt := range tests {
+		l := &latencies{}
+		for _, ms := range tt.ms {
+			l.d = append(l.d, time.Duration(ms)*time.Millisecond)
+		}
+		p50, p99, n := l.quantiles()
+		if p50 != tt.p50 || p99 != tt.p99 || n != len(tt.ms) {
+			t.Errorf("%d values: p50 %v p99 %v n %d; want %v %v %d", len(tt.ms), p50, p99, n, tt.p50, tt.p99, len(tt.ms))
+		}
+	}
+	if p50, p99, n := (&latencies{}).quantiles(); p50 != 0 || p99 != 0 || n != 0 {
+		t.Errorf("no values: %v %v %d", p50, p99, n)
+	}
+}
+
+// TestLatencyMode runs a bare client and msgaudit's inbox on SQLite on the
+// three brokers with the messages sent at a fixed rate while they consume: every
+// sample has latencies, the sending was paced (the run cannot end before
+// the last message was due), and the table has the latency columns.
+func TestLatencyMode(t *testing.T) {
+	o := services(t)
+	const n, rate = 200, 400.0
+	o.Messages, o.Rounds, o.Timeout, o.Dir, o.Rate = n, 1, 30*time.Second, t.TempDir(), rate
+	o.Variants = []string{"inbox-sqlite"}
+	var progress bytes.Buffer
+	o.Progress = &progress
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if len(rep.Samples) != 6 {
+		t.Fatalf("%d samples, want 6 (bare and inbox-sqlite on three brokers)", len(rep.Samples))
+	}
+	due := time.Duration(float64(n-1) / rate * float64(time.Second))
+	for _, s := range rep.Samples {
+		if !(s.P50Millis > 0) || s.P99Millis < s.P50Millis {
+			t.Errorf("%s/%s: p50 %v ms, p99 %v ms; want 0 < p50 <= p99", s.Broker, s.Variant, s.P50Millis, s.P99Millis)
+		}
+		if time.Duration(s.Seconds*float64(time.Second)) < due {
+			t.Errorf("%s/%s took %.3fs; the last message was not due before %v", s.Broker, s.Variant, s.Seconds, due)
+		}
+	}
+	var md bytes.Buffer
+	if err := rep.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "| p50 ms | p99 ms |") || !strings.Contains(md.String(), "sent at 400 msgs/s") {
+		t.Errorf("Markdown has no latency columns or rate:\n%s", md.String())
+	}
+}

@@ -1,0 +1,12 @@
+package mysqlstore
+
+// PurgeSQL gives the external tests the statement of one purge batch
+// (its parameter is the batch size).
+func PurgeSQL(s *Store) string { return s.sqlPurge }
+
+// IsConfirmedSQL gives the external tests the IsConfirmed statement (its
+// parameter is the storage key).
+func IsConfirmedSQL(s *Store) string { return s.sqlIsConfirmed }
+
+// PurgeDone is closed once s's automatic purge goroutine has returned.
+func PurgeDone(s *Store) <-chan struct{} { return s.purger.Done() }

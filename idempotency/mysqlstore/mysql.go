@@ -1,0 +1,472 @@
+package mysqlstore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/claimkit"
+	"github.com/acemq/msgaudit/internal/mysqlurl"
+	"github.com/acemq/msgaudit/internal/purgeloop"
+	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/storeconn"
+)
+
+// defaultTable is the table's name when Options.Table is "".
+const defaultTable = "msgaudit_idempotency"
+
+// tableParam is the URL query parameter that names the table.
+const tableParam = "msgaudit_table"
+
+// MaxKeyLength is the longest Options.MaxKeyLength the store accepts, in
+// bytes: the key column is a VARBINARY(1024) primary key. Longer keys are
+// stored hashed.
+const MaxKeyLength = 1024
+
+// tableRE accepts [schema.]name of plain identifiers, the name at most 48
+// bytes so that it and "_expires_at_idx" fit MySQL's 64.
+var tableRE = regexp.MustCompile(`^(?:([A-Za-z_][A-Za-z0-9_]{0,63})\.)?([A-Za-z_][A-Za-z0-9_]{0,47})$`)
+
+// nowUS is the server's time in microseconds since the Unix epoch, the
+// same whatever the session's time zone. NOW(6) is fixed for a statement.
+const nowUS = `CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)`
+
+// Options configure a Store.
+type Options struct {
+	idempotency.Options
+	// Table is the store's table, [schema.]name of letters, digits and
+	// '_'; "" means "msgaudit_idempotency".
+	Table string
+}
+
+// Store is an idempotency.Store on a MySQL or MariaDB table.
+type Store struct {
+	db       *sql.DB
+	ownsDB   bool
+	closed   atomic.Bool
+	o        idempotency.Options
+	claimUS  int64
+	retainUS int64
+	schema   string // "" when unqualified
+	name     string
+
+	sqlCreate, sqlEngine, sqlClaim, sqlState, sqlConfirm, sqlRelease, sqlRenew, sqlHeld, sqlIsConfirmed, sqlPurge string
+
+	purged purgeloop.Counters
+	purger *purgeloop.Loop
+}
+
+// New returns a store on db's table. It checks the options and the table
+// name but touches no data: run Migrate once to create the table (Open
+// does). db stays the caller's. New starts the automatic purge of expired
+// rows (Options.PurgeInterval, every hour by default; its first pass runs
+// one interval after New); Close stops it.
+func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
+	s, err := newStore(ctx, db, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.startPurge()
+	return s, nil
+}
+
+// newStore is New without starting the purge.
+func newStore(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, errors.New("idempotency: mysqlstore.New: nil *sql.DB")
+	}
+	o, err := claimkit.Normalize(opts.Options)
+	if err != nil {
+		return nil, err
+	}
+	if o.MaxKeyLength > MaxKeyLength {
+		return nil, fmt.Errorf("%w: MaxKeyLength %d above the MySQL store's %d bytes (its key column)", idempotency.ErrOptions, o.MaxKeyLength, MaxKeyLength)
+	}
+	table := cmp.Or(opts.Table, defaultTable)
+	m := tableRE.FindStringSubmatch(table)
+	if m == nil {
+		return nil, fmt.Errorf("%w: invalid MySQL table name %q (want [schema.]name of letters, digits and '_', the name at most 48 bytes)", idempotency.ErrOptions, table)
+	}
+	s := &Store{db: db, o: o, claimUS: durationUS(o.ClaimTTL), retainUS: durationUS(o.Retention), schema: m[1], name: m[2]}
+	s.buildSQL()
+	s.purger = purgeloop.Start(-1, "", nil, nil)
+	return s, nil
+}
+
+// startPurge starts the automatic purge (Options.PurgeInterval).
+func (s *Store) startPurge() {
+	s.purger = purgeloop.Start(s.o.PurgeInterval, "idempotency: mysql "+s.name, s.o.Logger, s.autoPurge)
+}
+
+// buildSQL writes the statements; only the validated, quoted table name
+// is spliced in.
+func (s *Store) buildSQL() {
+	q := func(id string) string { return "`" + id + "`" }
+	t := q(s.name)
+	if s.schema != "" {
+		t = q(s.schema) + "." + t
+	}
+	s.sqlCreate = `CREATE TABLE IF NOT EXISTS ` + t + ` (
+  ` + "`key`" + `     VARBINARY(1024) NOT NULL PRIMARY KEY,
+  state      VARCHAR(9)      NOT NULL,
+  owner      VARBINARY(64)   NULL,
+  expires_at BIGINT          NOT NULL,
+  INDEX ` + q(s.name+"_expires_at_idx") + ` (expires_at)
+) ENGINE=InnoDB`
+	s.sqlEngine = `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`
+	// The claim: a new key is inserted; an existing row is taken over
+	// only when it expired. ON DUPLICATE KEY UPDATE assigns left to
+	// right, each later expression seeing the earlier ones' new values,
+	// so expires_at, which the conditions read, is assigned last. The row
+	// lock makes two racing claims of one key take turns: the second sees
+	// the first's live claim and changes nothing. Whether the claim is
+	// ours is read back by owner (sqlState), not from the affected-row
+	// count, which a connection with clientFoundRows reports differently.
+	s.sqlClaim = `INSERT INTO ` + t + ` (` + "`key`" + `, state, owner, expires_at) VALUES (?, 'claimed', ?, ` + nowUS + ` + ?)
+ON DUPLICATE KEY UPDATE
+  owner = IF(expires_at <= ` + nowUS + `, VALUES(owner), owner),
+  state = IF(expires_at <= ` + nowUS + `, 'claimed', state),
+  expires_at = IF(expires_at <= ` + nowUS + `, VALUES(expires_at), expires_at)`
+	s.sqlState = `SELECT state, COALESCE(owner, ''), expires_at > ` + nowUS + ` FROM ` + t + ` WHERE ` + "`key`" + ` = ?`
+	held := "`key`" + ` = ? AND owner = ? AND state = 'claimed' AND expires_at > ` + nowUS
+	s.sqlConfirm = `UPDATE ` + t + ` SET state = 'confirmed', owner = NULL, expires_at = ` + nowUS + ` + ? WHERE ` + held
+	s.sqlRelease = `DELETE FROM ` + t + ` WHERE ` + held
+	s.sqlRenew = `UPDATE ` + t + ` SET expires_at = ` + nowUS + ` + ? WHERE ` + held
+	s.sqlHeld = `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + held + `)`
+	s.sqlIsConfirmed = `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + "`key`" + ` = ? AND state = 'confirmed' AND expires_at > ` + nowUS + `)`
+	// One bounded batch, oldest first through the expires_at index.
+	s.sqlPurge = `DELETE FROM ` + t + ` WHERE expires_at <= ` + nowUS + ` ORDER BY expires_at LIMIT ?`
+}
+
+// Migrate creates the table and its expires_at index if they do not
+// exist, and refuses a table that is not InnoDB: without transactions and
+// row locks, two racing claims of a key could both win.
+func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.begin(ctx); err != nil {
+		return err
+	}
+	if err := s.migrate(ctx); err != nil {
+		return s.opError(ctx, "migrate", err)
+	}
+	return nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, s.sqlCreate); err != nil {
+		return err
+	}
+	var engine string
+	if err := s.db.QueryRowContext(ctx, s.sqlEngine, s.schema, s.name).Scan(&engine); err != nil {
+		return fmt.Errorf("reading the table's engine: %w", err)
+	}
+	if !strings.EqualFold(engine, "InnoDB") {
+		return fmt.Errorf("%w: table %s uses the %s engine, which has no transactions or row locks; two claims of a key could both win: ALTER TABLE ... ENGINE=InnoDB", idempotency.ErrOptions, s.name, engine)
+	}
+	return nil
+}
+
+// Open connects to the server named by rawURL, runs Migrate and returns a
+// store that owns its connections (Close closes them).
+//
+// rawURL is mysql://[user[:password]@]host[:port]/database[?params]: the
+// params are go-sql-driver/mysql's DSN parameters (tls, timeout,
+// readTimeout, ...), except msgaudit_table, which names the table as
+// Options.Table does. Use tls=true (or a registered TLS configuration)
+// wherever the network is not trusted. Errors never show the password.
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	red := redact.URL(rawURL)
+	if _, err := redact.ParseURL(rawURL); err != nil {
+		return nil, fmt.Errorf("idempotency: mysql: %w", err)
+	}
+	clean, table, found, err := storeconn.CutQueryParam(rawURL, tableParam)
+	if err != nil {
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: mysql URL %s: %w", red, err), rawURL)
+	}
+	switch {
+	case found && table == "":
+		return nil, fmt.Errorf("%w: mysql URL %s: empty %s", idempotency.ErrOptions, red, tableParam)
+	case !found:
+		table = opts.Table
+	case opts.Table != "" && table != opts.Table:
+		return nil, fmt.Errorf("%w: mysql URL %s: %s=%q, but Options.Table is %q", idempotency.ErrOptions, red, tableParam, table, opts.Table)
+	}
+	cfg, err := mysqlurl.Config(clean)
+	if err != nil {
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: mysql URL %s: %w", red, err), rawURL)
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: mysql URL %s: %w", red, err), rawURL)
+	}
+	db := sql.OpenDB(conn)
+	st, err := newStore(ctx, db, Options{Options: opts.Options, Table: table})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	st.ownsDB = true
+	if err := st.migrate(ctx); err != nil {
+		db.Close()
+		if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+			err = fmt.Errorf("%w (%v)", ctxErr, err)
+		}
+		return nil, storeconn.RedactError(fmt.Errorf("idempotency: mysql %s: migrate: %w", red, err), rawURL)
+	}
+	st.startPurge()
+	return st, nil
+}
+
+// openURL is Open's entry for mysql:// URLs.
+func openURL(ctx context.Context, rawURL string, o idempotency.Options) (idempotency.Store, error) {
+	s, err := Open(ctx, rawURL, Options{Options: o})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// TryClaim implements idempotency.Store.
+func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
+	if err := s.begin(ctx); err != nil {
+		return 0, idempotency.Claim{}, err
+	}
+	sk, err := s.storageKey(key)
+	if err != nil {
+		return 0, idempotency.Claim{}, err
+	}
+	token := claimkit.NewToken()
+	// Dated from before the call, so the claim never promises more lease
+	// than the server gave.
+	start := time.Now()
+	if _, err := s.db.ExecContext(ctx, s.sqlClaim, sk, token, s.claimUS); err != nil {
+		return 0, idempotency.Claim{}, s.opError(ctx, "try-claim", err)
+	}
+	var (
+		state, owner string
+		live         bool
+	)
+	err = s.db.QueryRowContext(ctx, s.sqlState, sk).Scan(&state, &owner, &live)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		// Purged or released between the two statements: not ours.
+		return idempotency.InProgress, idempotency.Claim{}, nil
+	case err != nil:
+		return 0, idempotency.Claim{}, s.opError(ctx, "try-claim", err)
+	case owner == token && state == "claimed":
+		return idempotency.Claimed, idempotency.Claim{Key: key, Token: token, Expires: start.Add(s.o.ClaimTTL)}, nil
+	case state == "confirmed" && live:
+		return idempotency.AlreadyConfirmed, idempotency.Claim{}, nil
+	}
+	return idempotency.InProgress, idempotency.Claim{}, nil
+}
+
+// Confirm implements idempotency.Store: ErrClaimLost when the row no
+// longer holds the caller's live claim.
+func (s *Store) Confirm(ctx context.Context, c idempotency.Claim) error {
+	sk, err := s.ownerCheck(ctx, c)
+	if err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, s.sqlConfirm, s.retainUS, sk, c.Token)
+	return s.oneRow(ctx, "confirm", res, err)
+}
+
+// Release implements idempotency.Store: it deletes the caller's live
+// claim; ErrClaimLost when the row no longer holds it.
+func (s *Store) Release(ctx context.Context, c idempotency.Claim) error {
+	sk, err := s.ownerCheck(ctx, c)
+	if err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, s.sqlRelease, sk, c.Token)
+	return s.oneRow(ctx, "release", res, err)
+}
+
+// Renew implements idempotency.Store: the claim's lease runs a full claim
+// TTL from the server's now; ErrClaimLost when the row no longer holds it.
+func (s *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Claim, error) {
+	sk, err := s.ownerCheck(ctx, c)
+	if err != nil {
+		return idempotency.Claim{}, err
+	}
+	start := time.Now()
+	res, err := s.db.ExecContext(ctx, s.sqlRenew, s.claimUS, sk, c.Token)
+	if err != nil {
+		return idempotency.Claim{}, s.opError(ctx, "renew", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		// An UPDATE that writes the value the row holds (a renewal in the
+		// claim's own microsecond) changes no row: ask whether the claim
+		// is still held.
+		var held bool
+		if err := s.db.QueryRowContext(ctx, s.sqlHeld, sk, c.Token).Scan(&held); err != nil {
+			return idempotency.Claim{}, s.opError(ctx, "renew", err)
+		}
+		if !held {
+			return idempotency.Claim{}, idempotency.ErrClaimLost
+		}
+	}
+	c.Expires = start.Add(s.o.ClaimTTL)
+	return c, nil
+}
+
+// IsConfirmed implements idempotency.Store.
+func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, error) {
+	if err := s.begin(ctx); err != nil {
+		return false, err
+	}
+	sk, err := s.storageKey(key)
+	if err != nil {
+		return false, err
+	}
+	var ok bool
+	if err := s.db.QueryRowContext(ctx, s.sqlIsConfirmed, sk).Scan(&ok); err != nil {
+		return false, s.opError(ctx, "is-confirmed", err)
+	}
+	return ok, nil
+}
+
+// Purge deletes expired rows (lapsed claims and confirmations past their
+// retention) in batches of at most batch rows (batch <= 0 means
+// Options.PurgeBatch), oldest first through the expires_at index, each its
+// own short statement; it stops after the first short batch and returns
+// how many rows it deleted.
+func (s *Store) Purge(ctx context.Context, batch int) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { s.purged.Observe(n, time.Since(t0), err) }()
+	return s.purge(ctx, batch, purgeloop.Unpaced)
+}
+
+// PurgeStats returns the counters of the store's purges, the automatic
+// ones and the calls of Purge.
+func (s *Store) PurgeStats() idempotency.PurgeStats {
+	runs, rows, errs, busy := s.purged.Load()
+	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
+}
+
+// purge is Purge without the counting; see purgeloop.Batches for pace.
+func (s *Store) purge(ctx context.Context, batch int, pace int) (int64, error) {
+	if batch <= 0 {
+		batch = s.o.PurgeBatch
+	}
+	return purgeloop.Batches(ctx, batch, pace, func(ctx context.Context) (int64, error) {
+		if err := s.begin(ctx); err != nil {
+			return 0, err
+		}
+		res, err := s.db.ExecContext(ctx, s.sqlPurge, batch)
+		if err != nil {
+			return 0, s.opError(ctx, "purge", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, s.opError(ctx, "purge", err)
+		}
+		return n, nil
+	})
+}
+
+// autoPurge is the automatic purge: Purge, paced.
+func (s *Store) autoPurge(ctx context.Context) (n int64, err error) {
+	t0 := time.Now()
+	defer func() { s.purged.Observe(n, time.Since(t0), err) }()
+	return s.purge(ctx, 0, purgeloop.Server)
+}
+
+// Close marks the store closed (later calls return ErrClosed), stops the
+// automatic purge (waiting for a purge in progress to stop at its next
+// statement) and closes the connections if the store opened them (Open).
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.purger.Stop()
+	if s.ownsDB {
+		return s.db.Close()
+	}
+	return nil
+}
+
+// begin returns ctx's error or ErrClosed, checked before any I/O.
+func (s *Store) begin(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return idempotency.ErrClosed
+	}
+	return nil
+}
+
+// ownerCheck runs begin, validates c's key and token and returns the
+// storage key. A claim without a token was never held: ErrClaimLost.
+func (s *Store) ownerCheck(ctx context.Context, c idempotency.Claim) (string, error) {
+	if err := s.begin(ctx); err != nil {
+		return "", err
+	}
+	sk, err := s.storageKey(c.Key)
+	if err != nil {
+		return "", err
+	}
+	if c.Token == "" {
+		return "", idempotency.ErrClaimLost
+	}
+	return sk, nil
+}
+
+// storageKey validates key and returns its storage form (hashed beyond
+// MaxKeyLength).
+func (s *Store) storageKey(key idempotency.Key) (string, error) {
+	if err := key.Validate(); err != nil {
+		return "", err
+	}
+	return claimkit.StorageKey(key, s.o.MaxKeyLength), nil
+}
+
+// oneRow turns an UPDATE or DELETE of one held claim into nil or
+// ErrClaimLost.
+func (s *Store) oneRow(ctx context.Context, op string, res sql.Result, err error) error {
+	if err != nil {
+		return s.opError(ctx, op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return s.opError(ctx, op, err)
+	}
+	if n != 1 {
+		return idempotency.ErrClaimLost
+	}
+	return nil
+}
+
+// opError wraps a driver error; when ctx ended, the context's error is
+// the cause so callers can match it with errors.Is.
+func (s *Store) opError(ctx context.Context, op string, err error) error {
+	if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
+		return fmt.Errorf("idempotency: mysql %s: %w (%v)", op, ctxErr, err)
+	}
+	return fmt.Errorf("idempotency: mysql %s: %w", op, err)
+}
+
+// durationUS converts d to whole microseconds, rounding up, at least 1.
+func durationUS(d time.Duration) int64 {
+	us := int64((d + time.Microsecond - 1) / time.Microsecond)
+	if us < 1 {
+		us = 1
+	}
+	return us
+}
