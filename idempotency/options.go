@@ -138,3 +138,25 @@ func (o Options) normalize() (Options, error) {
 	}
 	return o, nil
 }
+
+// Backlog is what a store or an inbox holds at one moment, as its Backlog
+// method samples it. Each sample is one or two short statements that read
+// an index or the database's statistics, never a scan of the table, so
+// it may be taken at every metrics scrape.
+type Backlog struct {
+	// Held is the number of claims taken and neither confirmed nor
+	// released whose lease has not run out. An inbox holds none: its keys
+	// live inside the effect's transaction.
+	Held int64
+	// OldestHeld is how long the oldest of them has been held, 0 with
+	// none. Growing without bound is a handler that never ends.
+	OldestHeld time.Duration
+	// Rows is the number of keys kept: held, confirmed, and expired ones
+	// not yet purged. Where counting would scan the table (PostgreSQL,
+	// MySQL) it is the database's own estimate.
+	Rows int64
+	// OldestRow is the age of the oldest key kept, 0 with none. With the
+	// purge running it stays near Retention plus PurgeInterval; growing
+	// past that is a purge that does not run or does not keep up.
+	OldestRow time.Duration
+}
