@@ -213,7 +213,9 @@ type Options struct {
 	// right before the consumer writes the ACK); for a bare client, its
 	// ACK written (after its effect's COMMIT). Every broker takes the ACK
 	// without a receipt. The msgs/s is then the rate the consumer kept
-	// up with, at most about Rate.
+	// up with, at most about Rate. For msgaudit's consumers the Sample's
+	// Tail also splits the time of the slowest 1 % into phases (through
+	// the receiver's Observer), to show what the 99th percentile waits on.
 	Rate float64
 	// Progress receives a line per measurement; nil discards them.
 	Progress io.Writer
@@ -354,6 +356,9 @@ type Sample struct {
 	// settlement, in milliseconds.
 	P50Millis float64 `json:"p50_ms,omitempty"`
 	P99Millis float64 `json:"p99_ms,omitempty"`
+	// Tail, in latency mode for msgaudit's consumers, is where the
+	// slowest 1 % of the messages spent their time.
+	Tail *Tail `json:"tail,omitempty"`
 }
 
 // MachineCPU is the CPU time of the machine's processes during one
@@ -561,6 +566,7 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 	if cnt.lat != nil {
 		var got int
 		s.P50Millis, s.P99Millis, got = cnt.lat.quantiles()
+		s.Tail = cnt.lat.tail()
 		if got < p.Messages*99/100 {
 			return s, fmt.Errorf("latency recorded for %d of %d messages (%d without a send time)", got, p.Messages, cnt.lat.bad)
 		}

@@ -389,10 +389,10 @@ func TestSummarize(t *testing.T) {
 	}}
 	r.summarize()
 	want := []Row{
-		{STOMP, "bare", 3, 1500, 1000, 2000, 1, 11, &MachineCPU{Broker: 45, Other: 2, BusyPct: 85}, 0, 0, 0},
-		{STOMP, "redis", 3, 600, 500, 900, 0.5, 30, &MachineCPU{Broker: 65, Store: f(20), Other: 2, BusyPct: 98}, 0, 0, 0}, // ratios 0.5, 0.3, 0.6
-		{AMQP, "bare", 1, 4000, 4000, 4000, 1, 0, nil, 0, 0, 0},
-		{AMQP, "redis", 1, 1000, 1000, 1000, 0.25, 0, nil, 0, 0, 0},
+		{STOMP, "bare", 3, 1500, 1000, 2000, 1, 11, &MachineCPU{Broker: 45, Other: 2, BusyPct: 85}, 0, 0, 0, nil},
+		{STOMP, "redis", 3, 600, 500, 900, 0.5, 30, &MachineCPU{Broker: 65, Store: f(20), Other: 2, BusyPct: 98}, 0, 0, 0, nil}, // ratios 0.5, 0.3, 0.6
+		{AMQP, "bare", 1, 4000, 4000, 4000, 1, 0, nil, 0, 0, 0, nil},
+		{AMQP, "redis", 1, 1000, 1000, 1000, 0.25, 0, nil, 0, 0, 0, nil},
 	}
 	if len(r.Rows) != len(want) {
 		t.Fatalf("rows %+v, want %+v", r.Rows, want)

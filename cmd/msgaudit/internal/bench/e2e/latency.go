@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strconv"
@@ -61,7 +62,8 @@ func (p *plan) paced(start time.Time, body []byte) func(i int) []byte {
 type latencies struct {
 	mu  sync.Mutex
 	d   []time.Duration
-	bad int // bodies without a send time
+	bad int      // bodies without a send time
+	ph  []phases // msgaudit's deliveries, split by the Observer
 }
 
 // record adds the time since body's send time.
@@ -97,27 +99,120 @@ func (l *latencies) quantiles() (p50, p99 float64, n int) {
 
 // Start implements receiver.Observer.
 func (l *latencies) Start(ctx context.Context, m *receiver.Message) (context.Context, receiver.Observation) {
-	return ctx, latencyObservation{l, m.Body}
+	return ctx, &latencyObservation{l: l, body: m.Body, start: time.Now()}
 }
 
-// latencyObservation watches one delivery for its End.
+// latencyObservation watches one delivery: when Process started, when its
+// selectors had decided, when its handler ran and when its settlement
+// began and ended.
 type latencyObservation struct {
-	l    *latencies
-	body []byte
+	l                                          *latencies
+	body                                       []byte
+	start, selected, handle, handled, settling time.Time
+	settled                                    time.Time
 }
 
-func (latencyObservation) Selected(string, receiver.Decision, error) {}
+func (o *latencyObservation) Selected(string, receiver.Decision, error) { o.selected = time.Now() }
 
-func (latencyObservation) Handle(ctx context.Context) (context.Context, func(error)) {
-	return ctx, func(error) {}
+func (o *latencyObservation) Handle(ctx context.Context) (context.Context, func(error)) {
+	o.handle = time.Now()
+	return ctx, func(error) { o.handled = time.Now() }
 }
 
-func (latencyObservation) Settle(ctx context.Context, _ receiver.Settlement) (context.Context, func(error)) {
-	return ctx, func(error) {}
+func (o *latencyObservation) Settle(ctx context.Context, _ receiver.Settlement) (context.Context, func(error)) {
+	o.settling = time.Now()
+	return ctx, func(error) { o.settled = time.Now() }
 }
 
-func (o latencyObservation) End(res receiver.Result) {
-	if res.Action == receiver.Ack && res.Ran {
-		o.l.record(o.body)
+func (o *latencyObservation) End(res receiver.Result) {
+	if !(res.Action == receiver.Ack && res.Ran) {
+		return
+	}
+	now := time.Now()
+	sent, ok := sentAt(o.body)
+	if !ok {
+		o.l.mu.Lock()
+		o.l.bad++
+		o.l.mu.Unlock()
+		return
+	}
+	// A phase whose event did not happen (no selector asked, nothing to
+	// settle) is empty: its time goes to the next one.
+	at := func(t, prev time.Time) time.Time {
+		if t.IsZero() {
+			return prev
+		}
+		return t
+	}
+	start := at(o.start, sent)
+	selected := at(o.selected, start)
+	handle := at(o.handle, selected)
+	handled := at(o.handled, handle)
+	settling := at(o.settling, handled)
+	settled := at(o.settled, settling)
+	p := phases{
+		Arrive:  start.Sub(sent),
+		Select:  selected.Sub(start),
+		Handler: handled.Sub(selected),
+		Settle:  settled.Sub(handled),
+		Total:   now.Sub(sent),
+	}
+	o.l.mu.Lock()
+	o.l.d = append(o.l.d, p.Total)
+	o.l.ph = append(o.l.ph, p)
+	o.l.mu.Unlock()
+}
+
+// phases splits one delivery's time from send to settlement.
+type phases struct {
+	// Arrive is from send to the start of Process: the broker, the
+	// network and the consumer's buffers.
+	Arrive time.Duration
+	// Select is the selectors' decision: an inbox's wait for a lane, its
+	// BEGIN or SAVEPOINT and the key's INSERT; a store's claim.
+	Select time.Duration
+	// Handler is from the decision to the handler's return, the wait for
+	// a handler slot included.
+	Handler time.Duration
+	// Settle is from the handler's return to the end of the settlement:
+	// an inbox member's wait for its batch's COMMIT; a store's confirm.
+	Settle time.Duration
+	// Total is from send to the end of Process.
+	Total time.Duration
+}
+
+// Tail is where the slowest 1 % of a latency-mode measurement's
+// deliveries spent their time: the median of each phase over them, in
+// milliseconds.
+type Tail struct {
+	Arrive  float64 `json:"arrive_ms"`
+	Select  float64 `json:"select_ms"`
+	Handler float64 `json:"handler_ms"`
+	Settle  float64 `json:"settle_ms"`
+}
+
+// tail returns the Tail of what was recorded; nil with nothing recorded.
+func (l *latencies) tail() *Tail {
+	l.mu.Lock()
+	ph := slices.Clone(l.ph)
+	l.mu.Unlock()
+	if len(ph) == 0 {
+		return nil
+	}
+	slices.SortFunc(ph, func(a, b phases) int { return cmp.Compare(a.Total, b.Total) })
+	slow := ph[len(ph)-max(len(ph)/100, 1):]
+	med := func(f func(phases) time.Duration) float64 {
+		v := make([]time.Duration, len(slow))
+		for i, p := range slow {
+			v[i] = f(p)
+		}
+		slices.Sort(v)
+		return float64(v[(len(v)-1)/2]) / float64(time.Millisecond)
+	}
+	return &Tail{
+		Arrive:  med(func(p phases) time.Duration { return p.Arrive }),
+		Select:  med(func(p phases) time.Duration { return p.Select }),
+		Handler: med(func(p phases) time.Duration { return p.Handler }),
+		Settle:  med(func(p phases) time.Duration { return p.Settle }),
 	}
 }

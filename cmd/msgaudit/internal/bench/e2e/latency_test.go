@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/acemq/msgaudit/receiver"
 )
 
 // TestStamp: a body stamped with a time reads back as that time to the
@@ -93,6 +95,14 @@ func TestLatencyMode(t *testing.T) {
 		if !(s.P50Millis > 0) || s.P99Millis < s.P50Millis {
 			t.Errorf("%s/%s: p50 %v ms, p99 %v ms; want 0 < p50 <= p99", s.Broker, s.Variant, s.P50Millis, s.P99Millis)
 		}
+		switch tl := s.Tail; {
+		case s.Variant == "bare" && tl != nil:
+			t.Errorf("%s/bare has a Tail %+v; only msgaudit's consumers are observed", s.Broker, *tl)
+		case s.Variant != "bare" && tl == nil:
+			t.Errorf("%s/%s has no Tail", s.Broker, s.Variant)
+		case tl != nil && (tl.Arrive < 0 || tl.Select < 0 || tl.Handler <= 0 || tl.Settle < 0 || tl.Arrive+tl.Select+tl.Handler+tl.Settle > 2*s.P99Millis+1):
+			t.Errorf("%s/%s: Tail %+v with p99 %v ms; want phases >= 0, a handler that took time, adding up to about the slowest deliveries' time", s.Broker, s.Variant, *tl, s.P99Millis)
+		}
 		if time.Duration(s.Seconds*float64(time.Second)) < due {
 			t.Errorf("%s/%s took %.3fs; the last message was not due before %v", s.Broker, s.Variant, s.Seconds, due)
 		}
@@ -101,7 +111,59 @@ func TestLatencyMode(t *testing.T) {
 	if err := rep.Markdown(&md); err != nil {
 		t.Fatal(err)
 	}
+	if !strings.Contains(md.String(), "| Broker | Variant | p99 ms | arrive | select | handler | settle |") {
+		t.Errorf("Markdown has no table of the slowest deliveries' phases:\n%s", md.String())
+	}
 	if !strings.Contains(md.String(), "| p50 ms | p99 ms |") || !strings.Contains(md.String(), "sent at 400 msgs/s") {
 		t.Errorf("Markdown has no latency columns or rate:\n%s", md.String())
+	}
+}
+
+// TestTail: the phases of the slowest 1 % are the medians over them, not
+// over every delivery; a delivery without a selector or a settlement
+// gives its time to the next phase.
+func TestTail(t *testing.T) {
+	l := &latencies{}
+	ms := func(x int) time.Duration { return time.Duration(x) * time.Millisecond }
+	for range 300 { // fast: 1 ms each phase
+		l.ph = append(l.ph, phases{Arrive: ms(1), Select: ms(1), Handler: ms(1), Settle: ms(1), Total: ms(4)})
+	}
+	// the slowest 3 (1 % of 300): their Select and Settle dominate
+	for _, p := range []phases{
+		{Arrive: ms(1), Select: ms(20), Handler: ms(1), Settle: ms(8), Total: ms(30)},
+		{Arrive: ms(2), Select: ms(30), Handler: ms(1), Settle: ms(9), Total: ms(42)},
+		{Arrive: ms(3), Select: ms(40), Handler: ms(2), Settle: ms(10), Total: ms(55)},
+	} {
+		l.ph = append(l.ph, p)
+	}
+	got := l.tail()
+	want := Tail{Arrive: 2, Select: 30, Handler: 1, Settle: 9}
+	if got == nil || *got != want {
+		t.Errorf("tail = %+v, want %+v", got, want)
+	}
+	if (&latencies{}).tail() != nil {
+		t.Error("tail of nothing is not nil")
+	}
+
+	// An observation with no selector and nothing to settle.
+	l = &latencies{}
+	body := make([]byte, 40)
+	stamp(body, time.Now().Add(-10*time.Millisecond))
+	o := &latencyObservation{l: l, body: body, start: time.Now().Add(-8 * time.Millisecond)}
+	o.Handle(context.Background())
+	o.handled = time.Now()
+	o.End(receiver.Result{Action: receiver.Ack, Ran: true})
+	if len(l.ph) != 1 || len(l.d) != 1 {
+		t.Fatalf("recorded %d phases, %d latencies; want 1", len(l.ph), len(l.d))
+	}
+	p := l.ph[0]
+	if p.Arrive < ms(1) || p.Select < 0 || p.Handler < ms(7) || p.Settle < 0 || p.Total < ms(10) || p.Arrive+p.Select+p.Handler+p.Settle > p.Total {
+		t.Errorf("phases %+v: want arrive ~2 ms, handler ~8 ms (the slot wait included), adding up to at most Total", p)
+	}
+	// Not acknowledged after running: not recorded.
+	o = &latencyObservation{l: l, body: body, start: time.Now()}
+	o.End(receiver.Result{Action: receiver.Requeue})
+	if len(l.ph) != 1 {
+		t.Errorf("a requeued delivery was recorded")
 	}
 }

@@ -76,6 +76,9 @@ type Row struct {
 	// rounds of the samples' P50Millis and P99Millis.
 	P50Millis float64 `json:"p50_ms,omitempty"`
 	P99Millis float64 `json:"p99_ms,omitempty"`
+	// Tail is the median over the rounds of each field of the samples'
+	// Tail; nil when none has one.
+	Tail *Tail `json:"tail,omitempty"`
 }
 
 func newReport(p *plan) *Report {
@@ -164,6 +167,7 @@ func (r *Report) summarize() {
 	for _, v := range allVariants {
 		var rates, ratios, effectRatios, cpus, p50s, p99s []float64
 		var machine []*MachineCPU
+		var tails []*Tail
 		for _, s := range r.Samples {
 			if s.Broker != v.broker || s.Variant != v.name {
 				continue
@@ -175,6 +179,9 @@ func (r *Report) summarize() {
 			}
 			if s.Machine != nil {
 				machine = append(machine, s.Machine)
+			}
+			if s.Tail != nil {
+				tails = append(tails, s.Tail)
 			}
 			if b := bareRate[key{s.Broker, s.Round}]; b > 0 {
 				ratios = append(ratios, s.Rate/b)
@@ -206,7 +213,28 @@ func (r *Report) summarize() {
 			Machine:   medianMachine(machine),
 			P50Millis: medianOrZero(p50s),
 			P99Millis: medianOrZero(p99s),
+			Tail:      medianTail(tails),
 		})
+	}
+}
+
+// medianTail is the median of each field of ts; nil for none.
+func medianTail(ts []*Tail) *Tail {
+	if len(ts) == 0 {
+		return nil
+	}
+	field := func(f func(*Tail) float64) float64 {
+		xs := make([]float64, len(ts))
+		for i, t := range ts {
+			xs[i] = f(t)
+		}
+		return median(xs)
+	}
+	return &Tail{
+		Arrive:  field(func(t *Tail) float64 { return t.Arrive }),
+		Select:  field(func(t *Tail) float64 { return t.Select }),
+		Handler: field(func(t *Tail) float64 { return t.Handler }),
+		Settle:  field(func(t *Tail) float64 { return t.Settle }),
 	}
 }
 
@@ -355,6 +383,16 @@ func (r *Report) Markdown(w io.Writer) error {
 			fmt.Fprintf(&b, " %.2f | %.2f |", row.P50Millis, row.P99Millis)
 		}
 		b.WriteString("\n")
+	}
+	if slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Tail != nil }) {
+		b.WriteString("\nWhere msgaudit's slowest 1 % waited, in ms (medians): arrive is send to the start of Process (broker, network, the consumer's buffers); select the selectors' decision (the inbox's wait for a lane, its BEGIN or SAVEPOINT and INSERT; a store's claim); handler the wait for a handler slot and the handler; settle the inbox member's wait for its batch's COMMIT, or a store's confirm.\n\n")
+		b.WriteString("| Broker | Variant | p99 ms | arrive | select | handler | settle |\n|---|---|---:|---:|---:|---:|---:|\n")
+		for _, row := range r.Rows {
+			if t := row.Tail; t != nil {
+				fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", brokerTitle(row.Broker), variantTitle(row.Broker, row.Variant),
+					row.P99Millis, t.Arrive, t.Select, t.Handler, t.Settle)
+			}
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
