@@ -148,7 +148,7 @@ func (p *plan) openBackend(ctx context.Context, k kind, n names) (*backend, erro
 		}
 		db.SetMaxOpenConns(2 * p.Concurrency)
 		db.SetMaxIdleConns(2 * p.Concurrency) // database/sql keeps 2 by default and closes the rest after every transaction
-		ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.SQLite})
+		ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.SQLite, MaxBatch: p.InboxBatch, Linger: p.InboxLinger})
 		if err != nil {
 			db.Close()
 			return nil, err
@@ -162,7 +162,7 @@ func (p *plan) openBackend(ctx context.Context, k kind, n names) (*backend, erro
 		}
 		db.SetMaxOpenConns(2 * p.Concurrency)
 		db.SetMaxIdleConns(2 * p.Concurrency) // database/sql keeps 2 by default and closes the rest after every transaction
-		ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.PostgreSQL, Table: n.ident})
+		ib, err := inbox.New(ctx, db, inbox.Options{Dialect: inbox.PostgreSQL, Table: n.ident, MaxBatch: p.InboxBatch, Linger: p.InboxLinger})
 		if err != nil {
 			db.Close()
 			return nil, errors.Join(err, p.dropTable(ctx, n.ident))
@@ -257,7 +257,7 @@ func (p *plan) effectBackend(ctx context.Context, k kind, n names) (*backend, er
 		}
 		return be, nil
 	}
-	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: dialect, Table: n.ident})
+	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: dialect, Table: n.ident, MaxBatch: p.InboxBatch, Linger: p.InboxLinger})
 	if err != nil {
 		return nil, errors.Join(err, drop(ctx))
 	}

@@ -204,6 +204,12 @@ type Options struct {
 	// audit-only and inbox variants have no store and ignore them.
 	StoreBatch  int
 	StoreLinger time.Duration
+	// InboxBatch and InboxLinger are the inbox.Options MaxBatch and Linger
+	// of the inbox variants (inbox-*, inbox-effect-*): the most deliveries
+	// one COMMIT covers and how long a batch takes new members. 0 means
+	// the inbox's default.
+	InboxBatch  int
+	InboxLinger time.Duration
 	// Rate, when above 0, is latency mode: nothing is pre-loaded; the
 	// Messages are sent at Rate per second (persistent, each with its
 	// send time at the head of its body) while the consumer runs, and
@@ -253,6 +259,9 @@ func newPlan(o Options) (*plan, error) {
 	}
 	if o.StoreBatch < 0 || o.StoreLinger < 0 {
 		return nil, fmt.Errorf("%w: StoreBatch %d and StoreLinger %v must not be negative", ErrOptions, o.StoreBatch, o.StoreLinger)
+	}
+	if o.InboxBatch < 0 || o.InboxLinger < 0 {
+		return nil, fmt.Errorf("%w: InboxBatch %d and InboxLinger %v must not be negative", ErrOptions, o.InboxBatch, o.InboxLinger)
 	}
 	if math.IsNaN(o.Rate) || o.Rate < 0 || o.Rate > 1e6 {
 		return nil, fmt.Errorf("%w: Rate is %v msgs/s, must be between 0 (throughput mode) and 1,000,000", ErrOptions, o.Rate)

@@ -83,13 +83,14 @@ func TestE2E(t *testing.T) {
 }
 
 // TestStoreGrouping runs the store variants with StoreBatch and
-// StoreLinger set, through the receiver the run builds itself, against the
+// StoreLinger set (and the inbox's with InboxBatch and InboxLinger), through the receiver the run builds itself, against the
 // real brokers, and checks that the table's header names them.
 func TestStoreGrouping(t *testing.T) {
 	o := services(t)
 	o.Messages, o.Rounds, o.Timeout, o.Dir = 200, 1, 30*time.Second, t.TempDir()
 	o.Variants = []string{"memory", "redis", "sqlite", "inbox-sqlite"}
 	o.StoreBatch, o.StoreLinger = 4, time.Millisecond
+	o.InboxBatch, o.InboxLinger = 2, 3*time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	rep, err := Run(ctx, o)
@@ -104,7 +105,7 @@ func TestStoreGrouping(t *testing.T) {
 	if err := rep.Markdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(md.String(), "StoreBatch 4, StoreLinger 1ms;") {
+	if !strings.Contains(md.String(), "StoreBatch 4, StoreLinger 1ms, inbox MaxBatch 2, inbox Linger 3ms;") {
 		t.Errorf("header does not name the store grouping:\n%s", md.String())
 	}
 }
@@ -321,6 +322,8 @@ func TestNewPlan(t *testing.T) {
 		{"negative in-flight", with(func(o *Options) { o.InFlight = -1 }), nil, "InFlight is -1"},
 		{"negative store batch", with(func(o *Options) { o.StoreBatch = -1 }), nil, "StoreBatch -1"},
 		{"negative store linger", with(func(o *Options) { o.StoreLinger = -time.Millisecond }), nil, "StoreLinger -1ms"},
+		{"negative inbox batch", with(func(o *Options) { o.InboxBatch = -1 }), nil, "InboxBatch -1"},
+		{"negative inbox linger", with(func(o *Options) { o.InboxLinger = -time.Millisecond }), nil, "InboxLinger -1ms"},
 		{"missing Redis", with(func(o *Options) { o.RedisURL = "" }), nil, "stomp/redis needs RedisURL"},
 		{"missing Redis, not needed", with(func(o *Options) { o.RedisURL = ""; o.Variants = []string{"sqlite"}; o.Brokers = []string{STOMP} }),
 			[]string{"stomp/bare", "stomp/sqlite"}, ""},

@@ -30,6 +30,10 @@ type Report struct {
 	// (0: the receiver's defaults).
 	StoreBatch  int           `json:"store_batch,omitempty"`
 	StoreLinger time.Duration `json:"store_linger_ns,omitempty"`
+	// InboxBatch and InboxLinger are Options.InboxBatch and InboxLinger
+	// (0: the inbox's defaults).
+	InboxBatch  int           `json:"inbox_batch,omitempty"`
+	InboxLinger time.Duration `json:"inbox_linger_ns,omitempty"`
 	// Rate is Options.Rate: the offered msgs/s of latency mode, 0 for
 	// throughput mode.
 	Rate float64 `json:"offered_msgs_per_s,omitempty"`
@@ -92,6 +96,8 @@ func newReport(p *plan) *Report {
 		InFlight:    p.inFlight(),
 		StoreBatch:  p.StoreBatch,
 		StoreLinger: p.StoreLinger,
+		InboxBatch:  p.InboxBatch,
+		InboxLinger: p.InboxLinger,
 		Rate:        p.Rate,
 		CPUs:        runtime.NumCPU(),
 		CPUModel:    cpuModel(),
@@ -339,6 +345,12 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 	if r.StoreLinger != 0 {
 		extra += fmt.Sprintf(", StoreLinger %v", r.StoreLinger)
+	}
+	if r.InboxBatch != 0 {
+		extra += fmt.Sprintf(", inbox MaxBatch %d", r.InboxBatch)
+	}
+	if r.InboxLinger != 0 {
+		extra += fmt.Sprintf(", inbox Linger %v", r.InboxLinger)
 	}
 	loaded := "persistent messages"
 	if r.Rate > 0 {

@@ -54,6 +54,8 @@ func run() (err error) {
 	fs.IntVar(&o.InFlight, "inflight", 0, "msgaudit consumers' InFlight (0: their default, Prefetch when -concurrency is above 1)")
 	fs.IntVar(&o.StoreBatch, "store-batch", 0, "receiver.Config.StoreBatch of the variants with an idempotency store (0: the receiver's default)")
 	fs.DurationVar(&o.StoreLinger, "store-linger", 0, "receiver.Config.StoreLinger of the variants with an idempotency store (0: the receiver's default, no waiting)")
+	fs.IntVar(&o.InboxBatch, "inbox-batch", 0, "inbox.Options.MaxBatch of the inbox variants (0: the inbox's default)")
+	fs.DurationVar(&o.InboxLinger, "inbox-linger", 0, "inbox.Options.Linger of the inbox variants (0: the inbox's default)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (runtime/pprof) to this file")
 	fs.Float64Var(&o.Rate, "rate", 0, "latency mode: send the messages at this many per second while consuming, and report p50/p99 from send to settlement (0: pre-load, throughput mode)")
 	fs.DurationVar(&o.Timeout, "timeout", e2e.DefaultTimeout, "bound on one variant's consumption")
