@@ -129,13 +129,11 @@ func TestTail(t *testing.T) {
 		l.ph = append(l.ph, phases{Arrive: ms(1), Select: ms(1), Handler: ms(1), Settle: ms(1), Total: ms(4)})
 	}
 	// the slowest 3 (1 % of 300): their Select and Settle dominate
-	for _, p := range []phases{
-		{Arrive: ms(1), Select: ms(20), Handler: ms(1), Settle: ms(8), Total: ms(30)},
-		{Arrive: ms(2), Select: ms(30), Handler: ms(1), Settle: ms(9), Total: ms(42)},
-		{Arrive: ms(3), Select: ms(40), Handler: ms(2), Settle: ms(10), Total: ms(55)},
-	} {
-		l.ph = append(l.ph, p)
-	}
+	l.ph = append(l.ph,
+		phases{Arrive: ms(1), Select: ms(20), Handler: ms(1), Settle: ms(8), Total: ms(30)},
+		phases{Arrive: ms(2), Select: ms(30), Handler: ms(1), Settle: ms(9), Total: ms(42)},
+		phases{Arrive: ms(3), Select: ms(40), Handler: ms(2), Settle: ms(10), Total: ms(55)},
+	)
 	got := l.tail()
 	want := Tail{Arrive: 2, Select: 30, Handler: 1, Settle: 9}
 	if got == nil || *got != want {
