@@ -152,12 +152,15 @@ ON DUPLICATE KEY UPDATE
 	// expire first. A row's age is derived from its expiry: a claim's
 	// lease or a confirmation's retention before it. Parameters: the
 	// schema and name, the claim TTL twice, the retention and the claim
-	// TTL, in microseconds.
+	// TTL, in microseconds. The index is forced: on a table of some
+	// 100,000 rows MariaDB would rather read it all and sort it than
+	// look up the first 1,000 rows through the index.
+	idx := ` FORCE INDEX (` + q(s.name+"_expires_at_idx") + `)`
 	s.sqlBacklog = `SELECT h.n, h.m, f.m, (SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?)
 FROM (SELECT count(*) AS n, ` + nowUS + ` - MIN(expires_at) + ? AS m FROM (
-  SELECT expires_at FROM ` + t + ` WHERE expires_at > ` + nowUS + ` AND expires_at <= ` + nowUS + ` + ? AND state = 'claimed' LIMIT ` + strconv.Itoa(backlogHeldCap) + `) x) AS h,
+  SELECT expires_at FROM ` + t + idx + ` WHERE expires_at > ` + nowUS + ` AND expires_at <= ` + nowUS + ` + ? AND state = 'claimed' LIMIT ` + strconv.Itoa(backlogHeldCap) + `) x) AS h,
 (SELECT ` + nowUS + ` - MIN(expires_at - IF(state = 'confirmed', ?, ?)) AS m FROM (
-  SELECT state, expires_at FROM ` + t + ` ORDER BY expires_at LIMIT ` + strconv.Itoa(backlogFirstRows) + `) y) AS f`
+  SELECT state, expires_at FROM ` + t + idx + ` ORDER BY expires_at LIMIT ` + strconv.Itoa(backlogFirstRows) + `) y) AS f`
 	// One bounded batch, oldest first through the expires_at index.
 	s.sqlPurge = `DELETE FROM ` + t + ` WHERE expires_at <= ` + nowUS + ` ORDER BY expires_at LIMIT ?`
 }
