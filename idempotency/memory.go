@@ -24,14 +24,18 @@ const memoryShards = 64
 type memKey [2]uint64
 
 // memEntry is the state of one key: claimed by the holder of token number
-// seq until expires, or confirmed and retained until expires. Times are
-// Unix nanoseconds of the store's clock; an entry with expires <= now is
-// gone.
+// seq (never 0) until expires, or confirmed (seq 0) and retained until
+// expires; since is when it took that state (a renewal leaves it). Times
+// are Unix nanoseconds of the store's clock; an entry with expires <= now
+// is gone.
 type memEntry struct {
-	seq       uint64
-	expires   int64
-	confirmed bool
+	seq     uint64
+	expires int64
+	since   int64
 }
+
+// confirmed reports whether e is a confirmation rather than a claim.
+func (e memEntry) confirmed() bool { return e.seq == 0 }
 
 type memShard struct {
 	mu sync.Mutex
@@ -174,13 +178,13 @@ func (m *Memory) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) 
 	sh.mu.Lock()
 	if e, ok := sh.m[mk]; ok && e.expires > nowN {
 		sh.mu.Unlock()
-		if e.confirmed {
+		if e.confirmed() {
 			return AlreadyConfirmed, Claim{}, nil
 		}
 		return InProgress, Claim{}, nil
 	}
 	seq := m.tokenSeq.Add(1)
-	sh.m[mk] = memEntry{seq: seq, expires: addNanos(nowN, m.ttl)}
+	sh.m[mk] = memEntry{seq: seq, expires: addNanos(nowN, m.ttl), since: nowN}
 	sh.mu.Unlock()
 	return Claimed, Claim{Key: key, Token: m.newToken(seq), Expires: now.Add(m.ttl)}, nil
 }
@@ -188,7 +192,7 @@ func (m *Memory) TryClaim(ctx context.Context, key Key) (Outcome, Claim, error) 
 // held reports whether e is a live claim with number seq (0 matches
 // nothing).
 func held(e memEntry, found bool, seq uint64, now int64) bool {
-	return found && !e.confirmed && e.seq == seq && seq != 0 && e.expires > now
+	return found && e.seq == seq && seq != 0 && e.expires > now
 }
 
 // lockHeld checks c and, when it is a live claim on its key, returns the
@@ -219,7 +223,7 @@ func (m *Memory) Confirm(ctx context.Context, c Claim) error {
 	if err != nil {
 		return err
 	}
-	sh.m[mk] = memEntry{confirmed: true, expires: addNanos(now.UnixNano(), m.retention)}
+	sh.m[mk] = memEntry{expires: addNanos(now.UnixNano(), m.retention), since: now.UnixNano()}
 	sh.mu.Unlock()
 	return nil
 }
@@ -261,7 +265,7 @@ func (m *Memory) IsConfirmed(ctx context.Context, key Key) (bool, error) {
 	sh.mu.Lock()
 	e, ok := sh.m[mk]
 	sh.mu.Unlock()
-	return ok && e.confirmed && e.expires > now, nil
+	return ok && e.confirmed() && e.expires > now, nil
 }
 
 // shardMask returns the set of shards (bit i for shard i) holding the
@@ -331,7 +335,7 @@ func (m *Memory) TryClaimBatch(ctx context.Context, keys []Key, res []ClaimResul
 		}
 		mk, sh := m.key(k)
 		if e, ok := sh.m[mk]; ok && e.expires > nowN {
-			if e.confirmed {
+			if e.confirmed() {
 				res[i] = ClaimResult{Outcome: AlreadyConfirmed}
 			} else {
 				res[i] = ClaimResult{Outcome: InProgress}
@@ -339,7 +343,7 @@ func (m *Memory) TryClaimBatch(ctx context.Context, keys []Key, res []ClaimResul
 			continue
 		}
 		seq := m.tokenSeq.Add(1)
-		sh.m[mk] = memEntry{seq: seq, expires: addNanos(nowN, m.ttl)}
+		sh.m[mk] = memEntry{seq: seq, expires: addNanos(nowN, m.ttl), since: nowN}
 		res[i] = ClaimResult{Outcome: Claimed, Claim: Claim{Key: k, Token: m.newToken(seq), Expires: now.Add(m.ttl)}}
 	}
 	m.unlockShards(mask)
@@ -371,7 +375,7 @@ func (m *Memory) settleBatch(ctx context.Context, op string, claims []Claim, err
 		}
 		errs[i] = nil
 		if confirm {
-			sh.m[mk] = memEntry{confirmed: true, expires: addNanos(nowN, m.retention)}
+			sh.m[mk] = memEntry{expires: addNanos(nowN, m.retention), since: nowN}
 		} else {
 			delete(sh.m, mk)
 		}
@@ -412,6 +416,38 @@ func (m *Memory) Purge() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// Backlog counts the live claims and every entry kept (expired ones not
+// yet purged included) and finds the oldest of each, exactly. Unlike the
+// SQL stores' samples it visits every entry, one shard lock at a time:
+// 20 to 40 ms per million keys, each shard's lock held for a 64th of it.
+func (m *Memory) Backlog(ctx context.Context) (Backlog, error) {
+	if err := ctx.Err(); err != nil {
+		return Backlog{}, err
+	}
+	if m.closed.Load() {
+		return Backlog{}, ErrClosed
+	}
+	now := m.clock.Now().UnixNano()
+	var b Backlog
+	oldestHeld, oldestRow := now, now
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		b.Rows += int64(len(sh.m))
+		for _, e := range sh.m {
+			oldestRow = min(oldestRow, e.since)
+			if !e.confirmed() && e.expires > now {
+				b.Held++
+				oldestHeld = min(oldestHeld, e.since)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	b.OldestHeld = time.Duration(now - oldestHeld)
+	b.OldestRow = time.Duration(now - oldestRow)
+	return b, nil
 }
 
 // Len returns the number of entries held, expired ones not yet purged

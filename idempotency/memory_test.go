@@ -16,6 +16,14 @@ func TestMemoryConformance(t *testing.T) {
 	}, storetest.Capabilities{})
 }
 
+// TestMemoryBacklog runs the backlog cases.
+func TestMemoryBacklog(t *testing.T) {
+	t.Parallel()
+	storetest.RunBacklog(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
+		return memStore(t, o)
+	}, storetest.Capabilities{})
+}
+
 // TestMemoryRunBatch runs the batch cases through their own entry point.
 func TestMemoryRunBatch(t *testing.T) {
 	t.Parallel()

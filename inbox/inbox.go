@@ -747,6 +747,28 @@ func (ib *Inbox) Contains(ctx context.Context, namespace, key string) (bool, err
 	return ok, nil
 }
 
+// Backlog samples the inbox (see idempotency.Backlog) in one statement.
+// An inbox holds no claims: Held and OldestHeld are 0. OldestRow is the
+// age of the first entry of the recorded_at index, by the clock the rows
+// were recorded with (PostgreSQL's now(); the process's clock on SQLite
+// and MySQL). Rows is an estimate on every dialect: on PostgreSQL the
+// planner's (pg_class.reltuples, as of the last VACUUM or ANALYZE), or an
+// exact count capped at 10,000 while the table was never analyzed or was
+// analyzed empty; on MySQL and MariaDB information_schema.TABLES's
+// TABLE_ROWS (InnoDB's estimate; MySQL 8 caches it for
+// information_schema_stats_expiry, a day by default); on SQLite the span
+// of rowids, max minus min plus one (two steps down the rowid B-tree),
+// which counts the rows deleted out of recording order as if still there.
+func (ib *Inbox) Backlog(ctx context.Context) (idempotency.Backlog, error) {
+	var rows, oldest sql.NullInt64
+	t0 := time.Now()
+	err := ib.db.QueryRowContext(ctx, ib.sql.Backlog, ib.sql.BacklogArgs()...).Scan(&rows, &oldest)
+	if err != nil {
+		return idempotency.Backlog{}, fmt.Errorf("inbox: backlog: %w", err)
+	}
+	return ib.sql.BacklogOf(rows, oldest, t0), nil
+}
+
 // Purge deletes the rows recorded before olderThan and returns how many.
 // It works in batches of at most Options.PurgeBatch rows, each one short
 // statement (its own transaction) that walks the recorded_at index, oldest

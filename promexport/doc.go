@@ -11,5 +11,7 @@
 //		promexport.Transport(c.Stats, "stomp"),
 //	)
 //
-// Every collector reads its snapshot function at scrape time.
+// Every collector reads its snapshot function at scrape time, but for
+// Backlog, which samples a store's or an inbox's database at most every
+// 10 s.
 package promexport

@@ -10,3 +10,9 @@ func IsConfirmedSQL(s *Store) string { return s.sqlIsConfirmed }
 
 // PurgeDone is closed once s's automatic purge goroutine has returned.
 func PurgeDone(s *Store) <-chan struct{} { return s.purger.Done() }
+
+// BacklogSQL gives the external tests Backlog's statement and its
+// arguments.
+func BacklogSQL(s *Store) (string, []any) {
+	return s.sqlBacklog, []any{s.schema, s.name, s.claimUS, s.claimUS, s.retainUS, s.claimUS}
+}

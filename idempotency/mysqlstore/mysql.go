@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -59,7 +60,7 @@ type Store struct {
 	schema   string // "" when unqualified
 	name     string
 
-	sqlCreate, sqlEngine, sqlClaim, sqlState, sqlConfirm, sqlRelease, sqlRenew, sqlHeld, sqlIsConfirmed, sqlPurge string
+	sqlCreate, sqlEngine, sqlClaim, sqlState, sqlConfirm, sqlRelease, sqlRenew, sqlHeld, sqlIsConfirmed, sqlPurge, sqlBacklog string
 
 	purged purgeloop.Counters
 	purger *purgeloop.Loop
@@ -146,6 +147,20 @@ ON DUPLICATE KEY UPDATE
 	s.sqlRenew = `UPDATE ` + t + ` SET expires_at = ` + nowUS + ` + ? WHERE ` + held
 	s.sqlHeld = `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + held + `)`
 	s.sqlIsConfirmed = `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE ` + "`key`" + ` = ? AND state = 'confirmed' AND expires_at > ` + nowUS + `)`
+	// Backlog: h walks the expires_at index over the rows expiring within
+	// one claim TTL and keeps the live claims; f reads the rows that
+	// expire first. A row's age is derived from its expiry: a claim's
+	// lease or a confirmation's retention before it. Parameters: the
+	// schema and name, the claim TTL twice, the retention and the claim
+	// TTL, in microseconds. The index is forced: on a table of some
+	// 100,000 rows MariaDB would rather read it all and sort it than
+	// look up the first 1,000 rows through the index.
+	idx := ` FORCE INDEX (` + q(s.name+"_expires_at_idx") + `)`
+	s.sqlBacklog = `SELECT h.n, h.m, f.m, (SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?)
+FROM (SELECT count(*) AS n, ` + nowUS + ` - MIN(expires_at) + ? AS m FROM (
+  SELECT expires_at FROM ` + t + idx + ` WHERE expires_at > ` + nowUS + ` AND expires_at <= ` + nowUS + ` + ? AND state = 'claimed' LIMIT ` + strconv.Itoa(backlogHeldCap) + `) x) AS h,
+(SELECT ` + nowUS + ` - MIN(expires_at - IF(state = 'confirmed', ?, ?)) AS m FROM (
+  SELECT state, expires_at FROM ` + t + idx + ` ORDER BY expires_at LIMIT ` + strconv.Itoa(backlogFirstRows) + `) y) AS f`
 	// One bounded batch, oldest first through the expires_at index.
 	s.sqlPurge = `DELETE FROM ` + t + ` WHERE expires_at <= ` + nowUS + ` ORDER BY expires_at LIMIT ?`
 }
@@ -400,6 +415,49 @@ func (s *Store) Close() error {
 	}
 	return nil
 }
+
+// Backlog samples the store (see idempotency.Backlog) in one statement,
+// with the server's clock. Held and OldestHeld come from the expires_at
+// index: the claims among the rows expiring within one ClaimTTL (a live
+// claim expires within it; a claim taken with a longer ClaimTTL by
+// another process is missed until then), counted up to 10,000. That
+// range also holds the confirmations about to be forgotten, one
+// ClaimTTL's worth of traffic from Retention ago, which the statement
+// reads and skips: its cost follows the traffic, not the table's size.
+// The table keeps no time a row was written, so ages are derived from
+// expiries: OldestHeld is the time since the oldest claim was taken or
+// last renewed, and OldestRow, the oldest among the live claims and the
+// 1,000 rows that expire first, assumes every process uses this store's
+// ClaimTTL and Retention. Rows is information_schema.TABLES.TABLE_ROWS:
+// InnoDB's estimate, which MySQL 8 caches for
+// information_schema_stats_expiry (a day by default; MariaDB reads it
+// afresh).
+func (s *Store) Backlog(ctx context.Context) (idempotency.Backlog, error) {
+	if err := s.begin(ctx); err != nil {
+		return idempotency.Backlog{}, err
+	}
+	var held int64
+	var oldestHeld, oldestFirst, rows sql.NullInt64
+	err := s.db.QueryRowContext(ctx, s.sqlBacklog, s.schema, s.name, s.claimUS, s.claimUS, s.retainUS, s.claimUS).
+		Scan(&held, &oldestHeld, &oldestFirst, &rows)
+	if err != nil {
+		return idempotency.Backlog{}, s.opError(ctx, "backlog", err)
+	}
+	us := func(v sql.NullInt64) time.Duration { return max(time.Duration(v.Int64)*time.Microsecond, 0) }
+	b := idempotency.Backlog{Held: held, Rows: rows.Int64, OldestRow: us(oldestFirst)}
+	if held > 0 {
+		b.OldestHeld = us(oldestHeld)
+		b.OldestRow = max(b.OldestRow, b.OldestHeld)
+	}
+	return b, nil
+}
+
+// backlogHeldCap bounds the claims Backlog counts and backlogFirstRows
+// the rows it reads at the head of the expires_at index.
+const (
+	backlogHeldCap   = 10000
+	backlogFirstRows = 1000
+)
 
 // begin returns ctx's error or ErrClosed, checked before any I/O.
 func (s *Store) begin(ctx context.Context) error {

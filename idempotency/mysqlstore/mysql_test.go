@@ -70,6 +70,14 @@ func newStore(t *testing.T, o idempotency.Options) (*mysqlstore.Store, string) {
 	return s, table
 }
 
+// TestMySQLBacklog runs the backlog cases, every store on its own table.
+func TestMySQLBacklog(t *testing.T) {
+	storetest.RunBacklog(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
+		s, _ := newStore(t, o)
+		return s
+	}, storetest.Capabilities{ServerTime: true, RenewedLooksNew: true})
+}
+
 // TestMySQLConformance runs the stores' conformance suite on MariaDB.
 func TestMySQLConformance(t *testing.T) {
 	raw := testURL(t)

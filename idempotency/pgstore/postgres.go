@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -69,7 +70,7 @@ const MaxKeyLength = 2048
 //	state      text NOT NULL      -- 'claimed' or 'confirmed'
 //	owner      text               -- the claim's owner token; NULL once confirmed
 //	expires_at timestamptz NOT NULL -- end of the lease or of the retention
-//	updated_at timestamptz NOT NULL DEFAULT now()
+//	updated_at timestamptz NOT NULL DEFAULT now() -- when the claim was taken (a renewal leaves it) or confirmed
 //
 // plus an index on expires_at for Purge. Migrate creates both.
 //
@@ -117,7 +118,7 @@ type Store struct {
 	table string // quoted, possibly schema-qualified
 	index string // quoted, unqualified
 
-	sqlClaim, sqlTryClaim, sqlConfirm, sqlRelease, sqlRenew, sqlIsConfirmed, sqlPurge string
+	sqlClaim, sqlTryClaim, sqlConfirm, sqlRelease, sqlRenew, sqlIsConfirmed, sqlPurge, sqlBacklog string
 
 	sqlTryClaimBatch, sqlConfirmBatch, sqlReleaseBatch string
 	batchMode                                          pgx.QueryExecMode // see batchExecMode
@@ -250,13 +251,36 @@ WHERE key = $1 AND owner = $2 AND state = 'claimed' AND expires_at > now()`
 	p.sqlRelease = `DELETE FROM ` + t + `
 WHERE key = $1 AND owner = $2 AND state = 'claimed' AND expires_at > now()`
 
+	// A renewal leaves updated_at: it stays the time the claim was
+	// taken, which Backlog reads as the claim's age.
 	p.sqlRenew = `UPDATE ` + t + `
-SET expires_at = now() + $3::bigint * interval '1 microsecond', updated_at = now()
+SET expires_at = now() + $3::bigint * interval '1 microsecond'
 WHERE key = $1 AND owner = $2 AND state = 'claimed' AND expires_at > now()
 RETURNING expires_at`
 
 	p.sqlIsConfirmed = `SELECT EXISTS (SELECT 1 FROM ` + t + `
 WHERE key = $1 AND state = 'confirmed' AND expires_at > now())`
+
+	// Backlog: $1 the table's name as the statements write it, $2 the
+	// claim TTL in microseconds, $3 backlogHeldCap, $4 backlogFirstRows.
+	// h walks the expires_at index over the rows expiring within one claim
+	// TTL and keeps the live claims; f reads the rows that expire first.
+	// Rows is the planner's estimate, or a count capped at
+	// backlogCountCap while the table was never analyzed (reltuples -1)
+	// or analyzed empty (0). Ages are microseconds of the server's clock.
+	p.sqlBacklog = `WITH h AS (
+  SELECT updated_at FROM ` + t + `
+  WHERE expires_at > now() AND expires_at <= now() + $2::bigint * interval '1 microsecond' AND state = 'claimed'
+  LIMIT $3
+), f AS (
+  SELECT updated_at FROM ` + t + ` ORDER BY expires_at LIMIT $4
+)
+SELECT (SELECT count(*) FROM h),
+  COALESCE((SELECT (extract(epoch FROM now() - min(updated_at)) * 1000000)::bigint FROM h), 0),
+  COALESCE((SELECT (extract(epoch FROM now() - min(u)) * 1000000)::bigint FROM (SELECT updated_at AS u FROM h UNION ALL SELECT updated_at FROM f) a), 0),
+  (SELECT CASE WHEN c.reltuples > 0 THEN c.reltuples::bigint
+     ELSE (SELECT count(*) FROM (SELECT 1 FROM ` + t + ` LIMIT ` + strconv.Itoa(backlogCountCap) + `) n) END
+   FROM pg_class c WHERE c.oid = $1::regclass)`
 
 	// Purge: one bounded batch. The subquery walks the expires_at index
 	// oldest first and locks at most $1 expired rows, skipping rows another
@@ -284,6 +308,54 @@ WHERE key = $1 AND state = 'confirmed' AND expires_at > now())`
 )
 SELECT count(*), max(expires_at) FROM d`
 }
+
+// Backlog samples the store (see idempotency.Backlog) in one statement,
+// with the server's clock, planned at every call like the batch
+// statements. Held and OldestHeld come from the expires_at
+// index: the claims among the rows expiring within one ClaimTTL (a live
+// claim expires within it; a claim taken with a longer ClaimTTL by
+// another process is missed until then), counted up to 10,000. That
+// range also holds the confirmations about to be forgotten, one
+// ClaimTTL's worth of traffic from Retention ago, which the statement
+// reads and skips: its cost follows the traffic, not the table's size.
+// OldestHeld is the age of the oldest claim since it was taken (a renewal
+// does not make it younger; a claim renewed by a version of this package
+// that set updated_at looks as old as its last renewal). OldestRow is the
+// oldest among the live claims and the 1,000 rows that expire first (the
+// oldest confirmation, or an expired row not yet purged). Rows is the
+// planner's estimate (pg_class.reltuples, as of the last VACUUM or
+// ANALYZE, which autovacuum runs); while the table has never been
+// analyzed, or was analyzed empty, it is an exact count capped at 10,000
+// rows.
+func (p *Store) Backlog(ctx context.Context) (idempotency.Backlog, error) {
+	if err := p.begin(ctx); err != nil {
+		return idempotency.Backlog{}, err
+	}
+	var held, oldestHeld, oldestRow int64
+	var rows *int64
+	err := p.pool.QueryRow(ctx, p.sqlBacklog, p.batchMode, p.table, p.claimUS, backlogHeldCap, backlogFirstRows).
+		Scan(&held, &oldestHeld, &oldestRow, &rows)
+	if err != nil {
+		return idempotency.Backlog{}, p.opError(ctx, "backlog", err)
+	}
+	b := idempotency.Backlog{Held: held, OldestRow: max(time.Duration(oldestRow)*time.Microsecond, 0)}
+	if held > 0 {
+		b.OldestHeld = max(time.Duration(oldestHeld)*time.Microsecond, 0)
+	}
+	if rows != nil {
+		b.Rows = *rows
+	}
+	return b, nil
+}
+
+// backlogHeldCap bounds the claims Backlog counts, backlogFirstRows the
+// rows it reads at the head of the expires_at index, and backlogCountCap
+// the rows it counts on a table never analyzed.
+const (
+	backlogHeldCap   = 10000
+	backlogFirstRows = 1000
+	backlogCountCap  = 10000
+)
 
 // Migrate creates the table and its expires_at index if they do not exist.
 // It is idempotent and safe to run from several processes at once: it runs

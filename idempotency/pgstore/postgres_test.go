@@ -147,6 +147,15 @@ func TestPostgresConformance(t *testing.T) {
 	})
 }
 
+// TestPostgresBacklog runs the backlog cases, every store on its own
+// table.
+func TestPostgresBacklog(t *testing.T) {
+	storetest.RunBacklog(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
+		s, _, _ := newPostgresTestStore(t, o, nil, 4)
+		return s
+	}, storetest.Capabilities{ServerTime: true})
+}
+
 func TestPostgresTableNames(t *testing.T) {
 	t.Parallel()
 	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none")

@@ -47,6 +47,14 @@ func TestSQLiteConformance(t *testing.T) {
 	})
 }
 
+// TestSQLiteBacklog runs the backlog cases.
+func TestSQLiteBacklog(t *testing.T) {
+	t.Parallel()
+	storetest.RunBacklog(t, func(t *testing.T, o idempotency.Options) idempotency.Store {
+		return openSQLiteTest(t, filepath.Join(t.TempDir(), "idem.db"), o)
+	}, storetest.Capabilities{})
+}
+
 // TestSQLiteBusy holds the database's write lock from another connection:
 // the store's operations time out with an error, never a verdict, and
 // work again once the lock is gone.

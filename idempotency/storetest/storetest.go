@@ -51,6 +51,11 @@ type Capabilities struct {
 	// example a closed port on 127.0.0.1). Nil leaves the fault case out, as for
 	// the memory store, which has no server.
 	Unreachable func(t *testing.T, o idempotency.Options) idempotency.Store
+	// RenewedLooksNew is true for a store whose Backlog derives a claim's
+	// age from its expiry (mysqlstore keeps no write time), so a renewal
+	// makes the claim look just taken. False holds Backlog.OldestHeld to
+	// the time since the claim was taken, renewals or not (RunBacklog).
+	RenewedLooksNew bool
 }
 
 // Long TTLs for the cases that must not see anything expire.

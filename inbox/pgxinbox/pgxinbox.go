@@ -147,6 +147,17 @@ func (ib *Inbox) PurgeStats() idempotency.PurgeStats {
 	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
 }
 
+// Backlog samples the inbox in one statement; see (*inbox.Inbox).Backlog
+// on PostgreSQL.
+func (ib *Inbox) Backlog(ctx context.Context) (idempotency.Backlog, error) {
+	var rows, oldest sql.NullInt64
+	err := ib.pool.QueryRow(ctx, ib.sql.Backlog, ib.sql.BacklogArgs()...).Scan(&rows, &oldest)
+	if err != nil {
+		return idempotency.Backlog{}, fmt.Errorf("inbox: backlog: %w", err)
+	}
+	return ib.sql.BacklogOf(rows, oldest, time.Now()), nil
+}
+
 // create runs the schema statements in one transaction, under an advisory
 // lock that serialises concurrent creators (tried a second time if it
 // fails all the same), and then checks on that connection what the

@@ -8,6 +8,7 @@ package inboxsql
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
 	"github.com/acemq/msgaudit/internal/keyjoin"
 	"github.com/acemq/msgaudit/internal/pgtable"
@@ -92,7 +94,17 @@ type SQL struct {
 	// Schema and Name are the table's schema ("" when unqualified) and
 	// name, unquoted.
 	Schema, Name string
+	// Backlog samples the table, taking BacklogArgs: it returns the
+	// number of rows (an estimate, see Backlog) and the oldest row's
+	// recording time through the recorded_at index (on PostgreSQL its age
+	// in microseconds of the server's clock; elsewhere Unix nanoseconds),
+	// each NULL when unknown or the table is empty.
+	Backlog string
 }
+
+// BacklogCountCap bounds the rows PostgreSQL's Backlog counts on a table
+// the planner has no estimate for.
+const BacklogCountCap = 10000
 
 // CreateLock serialises PostgreSQL's Create transactions of concurrent
 // processes, whose CREATE ... IF NOT EXISTS can otherwise collide in the
@@ -163,6 +175,13 @@ func Build(table string, kind Kind) (SQL, error) {
 			Resolve:  pgtable.Query,
 			Table:    t,
 			Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = $1 AND key = $2)`,
+			// Rows: the planner's estimate, or a count capped at
+			// BacklogCountCap while the table was never analyzed
+			// (reltuples -1) or analyzed empty (0).
+			Backlog: `SELECT (SELECT CASE WHEN c.reltuples > 0 THEN c.reltuples::bigint
+    ELSE (SELECT count(*) FROM (SELECT 1 FROM ` + t + ` LIMIT ` + fmt.Sprint(BacklogCountCap) + `) n) END
+  FROM pg_class c WHERE c.oid = $1::regclass),
+  (SELECT (extract(epoch FROM now() - recorded_at) * 1000000)::bigint FROM ` + t + ` ORDER BY recorded_at LIMIT 1)`,
 			// $3 is where the batch starts: the newest recorded_at the
 			// previous batch deleted. Starting the index scan there, not
 			// at the oldest entry, skips the index entries of the rows
@@ -197,12 +216,14 @@ SELECT count(*), max(recorded_at) FROM d`,
 			Insert:   `INSERT INTO ` + t + ` (namespace, ` + "`key`" + `, recorded_at) VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE recorded_at = recorded_at`,
 			Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = ? AND ` + "`key`" + ` = ?)`,
 			Purge:    `DELETE FROM ` + t + ` WHERE recorded_at < ? ORDER BY recorded_at LIMIT ?`,
-			PID:      `SELECT CONNECTION_ID()`,
-			Cancel:   `KILL QUERY ?`,
-			Resolve:  `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`,
-			Schema:   schema,
-			Name:     name,
-			Table:    t,
+			Backlog: `SELECT (SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?),
+  (SELECT recorded_at FROM ` + t + ` FORCE INDEX (` + idx + `) ORDER BY recorded_at LIMIT 1)`,
+			PID:     `SELECT CONNECTION_ID()`,
+			Cancel:  `KILL QUERY ?`,
+			Resolve: `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`,
+			Schema:  schema,
+			Name:    name,
+			Table:   t,
 		}, nil
 	}
 	// SQLite: CREATE INDEX names the schema on the index, not the table.
@@ -226,6 +247,10 @@ SELECT count(*), max(recorded_at) FROM d`,
 		Contains: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE namespace = ?1 AND key = ?2)`,
 		Purge: `DELETE FROM ` + t + ` WHERE rowid IN (SELECT rowid FROM ` + t +
 			` WHERE recorded_at < ?1 ORDER BY recorded_at LIMIT ?2)`,
+		// Rows: the span of rowids, each end one step down the rowid
+		// B-tree (a min and a max in one SELECT would scan the table).
+		Backlog: `SELECT (SELECT max(rowid) FROM ` + t + `) - (SELECT min(rowid) FROM ` + t + `) + 1,
+  (SELECT recorded_at FROM ` + t + ` ORDER BY recorded_at LIMIT 1)`,
 	}, nil
 }
 
@@ -236,6 +261,31 @@ func (s SQL) Time(t time.Time) any {
 		return t
 	}
 	return t.UnixNano()
+}
+
+// BacklogArgs returns the arguments of Backlog.
+func (s SQL) BacklogArgs() []any {
+	switch {
+	case s.Postgres:
+		return []any{s.Table}
+	case s.MySQL:
+		return []any{s.Schema, s.Name}
+	}
+	return nil
+}
+
+// BacklogOf turns Backlog's columns into an idempotency.Backlog, now being
+// the client's clock (the one SQLite and MySQL rows are recorded with).
+func (s SQL) BacklogOf(rows, oldest sql.NullInt64, now time.Time) idempotency.Backlog {
+	b := idempotency.Backlog{Rows: max(rows.Int64, 0)}
+	switch {
+	case !oldest.Valid:
+	case s.Postgres:
+		b.OldestRow = max(time.Duration(oldest.Int64)*time.Microsecond, 0)
+	default:
+		b.OldestRow = max(time.Duration(now.UnixNano()-oldest.Int64), 0)
+	}
+	return b
 }
 
 // InsertArgs returns the arguments of Insert.
