@@ -5,6 +5,8 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/internal/metricnames"
 	"github.com/acemq/msgaudit/promexport"
 	"github.com/acemq/msgaudit/receiver"
 )
@@ -98,5 +101,43 @@ func TestScrapeText(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("the scrape differs from %s:\ngot:\n%s\nwant:\n%s", file, got, want)
 		}
+	}
+}
+
+// TestNamesFromTable: a scrape of Receiver (audited) and Transport has
+// one family for each metric of internal/metricnames' receiver and
+// transport tables, with its help text and kind, and no other family.
+func TestNamesFromTable(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(promexport.Receiver(knownSnapshot, "stomp"), promexport.Transport(knownStats, "stomp"))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]metricnames.Metric{}
+	for _, m := range slices.Concat(metricnames.Receiver, metricnames.Transport) {
+		want[m.Name] = m
+	}
+	for _, f := range families {
+		m, ok := want[f.GetName()]
+		if !ok {
+			t.Errorf("%s is exported but not in internal/metricnames", f.GetName())
+			continue
+		}
+		delete(want, f.GetName())
+		if f.GetHelp() != m.Help || !strings.EqualFold(f.GetType().String(), m.Kind.String()) {
+			t.Errorf("%s: help %q, type %v; the table says %q, %v", m.Name, f.GetHelp(), f.GetType(), m.Help, m.Kind)
+		}
+		var labels []string
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			labels = append(labels, l.GetName())
+		}
+		if !slices.Equal(labels, slices.Sorted(slices.Values(m.Labels))) {
+			t.Errorf("%s: labels %q, the table says %q", m.Name, labels, m.Labels)
+		}
+	}
+	for name := range want {
+		t.Errorf("%s is in internal/metricnames but not exported", name)
 	}
 }
