@@ -10,6 +10,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/otelmetric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 var knownBacklog = idempotency.Backlog{Held: 3, OldestHeld: 1500 * time.Millisecond, Rows: 4000, OldestRow: 90 * time.Second}
@@ -130,5 +131,42 @@ func TestBacklogDeadline(t *testing.T) {
 	}
 	if left <= time.Second || left > 2*time.Second {
 		t.Errorf("the sample had %v before its deadline, want 2 s", left)
+	}
+}
+
+// TestBacklogOverlap: a collection while a sample runs (a second reader
+// of the same MeterProvider: one reader's collections do not overlap)
+// does not wait for it, nor start another: it reports what the running
+// sample will replace (nothing before a first good sample), and the
+// sample's values come with the collection that took it.
+func TestBacklogOverlap(t *testing.T) {
+	t.Parallel()
+	r1, r2 := sdkmetric.NewManualReader(), sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r1), sdkmetric.WithReader(r2))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	sample := func(context.Context) (idempotency.Backlog, error) {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return knownBacklog, nil
+	}
+	if _, err := otelmetric.Backlog(mp.Meter("test"), sample, "pg"); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan map[string]instrument, 1)
+	go func() { first <- collect(t, r1) }()
+	<-entered
+	got := collect(t, r2)
+	if _, ok := got["msgaudit_backlog_held"]; ok || calls.Load() != 1 {
+		t.Errorf("a collection during the first sample: held reported %v, %d samples; want none and 1",
+			ok, calls.Load())
+	}
+	close(release)
+	got = <-first
+	if v := got["msgaudit_backlog_held"].points["store=pg"]; v != 3 {
+		t.Errorf("the collection that sampled: held %v, want 3", v)
 	}
 }
