@@ -126,11 +126,11 @@ var (
 // inbox samples. A failed sample keeps the last good values and counts in
 // BacklogSampleErrors.
 var (
-	BacklogHeld         = Metric{"msgaudit_backlog_held", "Claims taken and neither confirmed nor released whose lease has not run out.", Gauge, "{claim}", store}
+	BacklogHeld         = Metric{"msgaudit_backlog_held", "Claims taken and neither confirmed nor released whose lease has not run out (0 for an inbox).", Gauge, "{claim}", store}
 	BacklogOldestHeld   = Metric{"msgaudit_backlog_oldest_held_seconds", "How long the oldest held claim has been held (0 with none): growing without bound is a handler that never ends.", Gauge, "s", store}
 	BacklogRows         = Metric{"msgaudit_backlog_rows", "Keys kept: held, confirmed, and expired ones not yet purged (the database's estimate on PostgreSQL and MySQL).", Gauge, "{key}", store}
-	BacklogOldestRow    = Metric{"msgaudit_backlog_oldest_row_seconds", "Age of the oldest key kept (0 with none): growing past Retention plus PurgeInterval is a purge that does not run or does not keep up.", Gauge, "s", store}
-	BacklogSampleErrors = Metric{"msgaudit_backlog_sample_errors_total", "Backlog samples that failed; the gauges keep the last good values.", Counter, "{error}", store}
+	BacklogOldestRow    = Metric{"msgaudit_backlog_oldest_row_seconds", "Age of the oldest key kept (0 with none): growing past retention plus the purge interval is a purge that does not run or keep up.", Gauge, "s", store}
+	BacklogSampleErrors = Metric{"msgaudit_backlog_sample_errors_total", "Backlog samples that failed or timed out; the gauges keep the last good sample.", Counter, "{error}", store}
 )
 
 // Receiver lists the receiver metrics, Transport the transport metrics,
