@@ -3,6 +3,7 @@ package promexport
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acemq/msgaudit/internal/metricnames"
 	"github.com/acemq/msgaudit/internal/storelat"
 	"github.com/acemq/msgaudit/receiver"
 )
@@ -18,48 +19,44 @@ import (
 // topic audits as gauges) are read at scrape time, exported only once
 // a snapshot says Audited.
 func Receiver(snapshot func() receiver.Snapshot, transport string) prometheus.Collector {
-	labels := prometheus.Labels{"transport": transport}
 	c := &collector{snapshot: snapshot}
-	add := func(name, help string, read func(receiver.Snapshot) uint64) {
-		c.counters = append(c.counters, counterDesc{
-			desc: prometheus.NewDesc("msgaudit_receiver_"+name, help, nil, labels), read: read})
+	add := func(m metricnames.Metric, read func(receiver.Snapshot) uint64) {
+		c.counters = append(c.counters, counterDesc{desc: newDesc(m, transport), read: read})
 	}
-	add("delivered_total", "Deliveries handed to the receiver.", func(s receiver.Snapshot) uint64 { return s.Delivered })
-	add("redelivered_total", "Deliveries carrying the broker's redelivered flag.", func(s receiver.Snapshot) uint64 { return s.Redelivered })
-	add("processed_total", "Handler successes acknowledged as new work.", func(s receiver.Snapshot) uint64 { return s.Processed })
-	add("retries_total", "Deliveries handed back for a retry.", func(s receiver.Snapshot) uint64 { return s.Retries })
-	add("dead_lettered_total", "Deliveries dead-lettered.", func(s receiver.Snapshot) uint64 { return s.DeadLettered })
-	add("handler_errors_total", "Handler errors, panics included.", func(s receiver.Snapshot) uint64 { return s.HandlerErrors })
-	add("panics_total", "Recovered handler panics.", func(s receiver.Snapshot) uint64 { return s.Panics })
-	add("reconnects_total", "Transport reconnects.", func(s receiver.Snapshot) uint64 { return s.Reconnects })
-	add("missing_keys_total", "Deliveries without a usable idempotency key.", func(s receiver.Snapshot) uint64 { return s.MissingKeys })
-	add("too_old_fail_open_total", "Ids below the audit window treated as new without a durable store.", func(s receiver.Snapshot) uint64 { return s.TooOldFailOpen })
-	add("audit_bypass_total", "Keys the audit could not parse, checked by the store only.", func(s receiver.Snapshot) uint64 { return s.AuditBypass })
-	add("store_errors_total", "Failed idempotency store calls.", func(s receiver.Snapshot) uint64 { return s.StoreErrors })
-	add("settle_errors_total", "Failed settlements (confirm errors).", func(s receiver.Snapshot) uint64 { return s.SettleErrors })
-	add("forgotten_total", "Audit bits rolled back for deliveries that come back unrun.", func(s receiver.Snapshot) uint64 { return s.Forgotten })
+	add(metricnames.ReceiverDelivered, func(s receiver.Snapshot) uint64 { return s.Delivered })
+	add(metricnames.ReceiverRedelivered, func(s receiver.Snapshot) uint64 { return s.Redelivered })
+	add(metricnames.ReceiverProcessed, func(s receiver.Snapshot) uint64 { return s.Processed })
+	add(metricnames.ReceiverRetries, func(s receiver.Snapshot) uint64 { return s.Retries })
+	add(metricnames.ReceiverDeadLettered, func(s receiver.Snapshot) uint64 { return s.DeadLettered })
+	add(metricnames.ReceiverHandlerErrors, func(s receiver.Snapshot) uint64 { return s.HandlerErrors })
+	add(metricnames.ReceiverPanics, func(s receiver.Snapshot) uint64 { return s.Panics })
+	add(metricnames.ReceiverReconnects, func(s receiver.Snapshot) uint64 { return s.Reconnects })
+	add(metricnames.ReceiverMissingKeys, func(s receiver.Snapshot) uint64 { return s.MissingKeys })
+	add(metricnames.ReceiverTooOldFailOpen, func(s receiver.Snapshot) uint64 { return s.TooOldFailOpen })
+	add(metricnames.ReceiverAuditBypass, func(s receiver.Snapshot) uint64 { return s.AuditBypass })
+	add(metricnames.ReceiverStoreErrors, func(s receiver.Snapshot) uint64 { return s.StoreErrors })
+	add(metricnames.ReceiverSettleErrors, func(s receiver.Snapshot) uint64 { return s.SettleErrors })
+	add(metricnames.ReceiverForgotten, func(s receiver.Snapshot) uint64 { return s.Forgotten })
 	auditFrom := len(c.counters)
-	add("audit_evictions_total", "Producers evicted from the connection audit to make room.", func(s receiver.Snapshot) uint64 { return s.Audit.Evictions })
-	add("audit_recent_evictions_total", "Producers evicted while still active within their window (producer churn: raise MaxProducers or investigate a producer-key flood).", func(s receiver.Snapshot) uint64 { return s.Audit.RecentEvictions })
-	add("audit_destination_evictions_total", "Destination audits evicted from the connection audit by MaxDestinations or MaxConsumers (a destination flood: their duplicates pass undetected).", func(s receiver.Snapshot) uint64 { return s.Audit.AuditEvictions })
-	add("audit_malformed_total", "Ids rejected by the connection audit as malformed.", func(s receiver.Snapshot) uint64 { return s.Audit.Malformed })
-	add("audit_too_long_total", "Ids rejected by the connection audit for exceeding MaxIDLength.", func(s receiver.Snapshot) uint64 { return s.Audit.TooLong })
-	add("audit_too_old_total", "Ids below their producer's audit window.", func(s receiver.Snapshot) uint64 { return s.Audit.TooOld })
+	add(metricnames.ReceiverAuditEvictions, func(s receiver.Snapshot) uint64 { return s.Audit.Evictions })
+	add(metricnames.ReceiverAuditRecentEvictions, func(s receiver.Snapshot) uint64 { return s.Audit.RecentEvictions })
+	add(metricnames.ReceiverAuditDestinationEvictions, func(s receiver.Snapshot) uint64 { return s.Audit.AuditEvictions })
+	add(metricnames.ReceiverAuditMalformed, func(s receiver.Snapshot) uint64 { return s.Audit.Malformed })
+	add(metricnames.ReceiverAuditTooLong, func(s receiver.Snapshot) uint64 { return s.Audit.TooLong })
+	add(metricnames.ReceiverAuditTooOld, func(s receiver.Snapshot) uint64 { return s.Audit.TooOld })
 	for i := auditFrom; i < len(c.counters); i++ {
 		c.counters[i].audit = true
 	}
-	gauge := func(name, help string, read func(receiver.Snapshot) int) {
-		c.gauges = append(c.gauges, gaugeDesc{
-			desc: prometheus.NewDesc("msgaudit_receiver_"+name, help, nil, labels), read: read})
+	gauge := func(m metricnames.Metric, read func(receiver.Snapshot) int) {
+		c.gauges = append(c.gauges, gaugeDesc{desc: newDesc(m, transport), read: read})
 	}
-	gauge("audit_producers", "Producers tracked by the connection audit now.", func(s receiver.Snapshot) int { return s.Audit.Producers })
-	gauge("audit_queues", "Queue audits of the connection audit now.", func(s receiver.Snapshot) int { return s.Audit.Queues })
-	gauge("audit_topics", "Topic audits of the connection audit now.", func(s receiver.Snapshot) int { return s.Audit.Topics })
-	c.dup = prometheus.NewDesc("msgaudit_receiver_duplicates_total", "Duplicates absorbed, by the tier that knew.",
-		[]string{"reason"}, labels)
-	c.lat = prometheus.NewDesc("msgaudit_receiver_store_latency_seconds", "Latency of idempotency store calls.", nil, labels)
-	c.inFlight = prometheus.NewDesc("msgaudit_receiver_in_flight", "Deliveries inside the pipeline now (waiting for a handler, running it, or settling).", nil, labels)
-	c.oldest = prometheus.NewDesc("msgaudit_receiver_oldest_in_flight_seconds", "How long the oldest delivery inside the pipeline has been there (0 with none): growing without bound is a stuck handler or settlement.", nil, labels)
+	gauge(metricnames.ReceiverAuditProducers, func(s receiver.Snapshot) int { return s.Audit.Producers })
+	gauge(metricnames.ReceiverAuditQueues, func(s receiver.Snapshot) int { return s.Audit.Queues })
+	gauge(metricnames.ReceiverAuditTopics, func(s receiver.Snapshot) int { return s.Audit.Topics })
+	c.dup = newDesc(metricnames.ReceiverDuplicates, transport)
+	c.lat = newDesc(metricnames.ReceiverStoreLatency, transport)
+	c.inFlight = newDesc(metricnames.ReceiverInFlight, transport)
+	c.oldest = newDesc(metricnames.ReceiverOldestInFlight, transport)
 	return c
 }
 
@@ -127,4 +124,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		buckets[b.Seconds()] = cum
 	}
 	ch <- prometheus.MustNewConstHistogram(c.lat, s.StoreCalls, s.StoreLatency.Seconds(), buckets)
+}
+
+// newDesc returns the Desc of m: its first label is constant, set to
+// value; the others vary.
+func newDesc(m metricnames.Metric, value string) *prometheus.Desc {
+	return prometheus.NewDesc(m.Name, m.Help, m.Labels[1:], prometheus.Labels{m.Labels[0]: value})
 }

@@ -3,6 +3,7 @@ package promexport
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/acemq/msgaudit/internal/metricnames"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -22,26 +23,25 @@ import (
 // not exported. Several collectors with different transport values may be
 // registered in one registry.
 func Transport(stats func() receiver.TransportStats, transport string) prometheus.Collector {
-	labels := prometheus.Labels{"transport": transport}
 	col := &statsCollector{stats: stats}
-	add := func(name, help string, read func(receiver.TransportStats) uint64) {
-		col.descs = append(col.descs, statDesc{prometheus.NewDesc("msgaudit_transport_"+name, help, nil, labels), read})
+	add := func(m metricnames.Metric, read func(receiver.TransportStats) uint64) {
+		col.descs = append(col.descs, statDesc{newDesc(m, transport), read})
 	}
 	type s = receiver.TransportStats
-	add("connects_total", "Successful broker connections.", func(s s) uint64 { return s.Connects })
-	add("reconnects_total", "Connections made after a connection loss.", func(s s) uint64 { return s.Reconnects })
-	add("connect_errors_total", "Failed connection attempts.", func(s s) uint64 { return s.ConnectErrors })
-	add("lost_total", "Connections or channels that broke while consuming (RabbitMQ).", func(s s) uint64 { return s.Lost })
-	add("acks_total", "Deliveries acknowledged (RabbitMQ).", func(s s) uint64 { return s.Acks })
-	add("requeues_total", "Deliveries handed back to the broker for a retry (RabbitMQ).", func(s s) uint64 { return s.Requeues })
-	add("retry_copies_total", "Retry copies committed with the original's ACK (STOMP).", func(s s) uint64 { return s.RetriesSent })
-	add("local_retries_total", "Retries run in place (STOMP).", func(s s) uint64 { return s.LocalRetries })
-	add("dead_letter_copies_total", "Dead-letter copies the broker took before the original was acknowledged.", func(s s) uint64 { return s.DeadLetters })
-	add("dead_letter_errors_total", "Dead-letter publishes that failed; the original was handed back (RabbitMQ).", func(s s) uint64 { return s.DeadLetterErrors })
-	add("oversized_total", "Deliveries over the size limits, dead-lettered unhandled.", func(s s) uint64 { return s.Oversized })
-	add("dropped_total", "Deliveries dropped unprocessed with their connection (sent again by the broker).", func(s s) uint64 { return s.Dropped })
-	add("stale_acks_total", "Acknowledgements not sent because the delivery's connection was gone.", func(s s) uint64 { return s.StaleAcks })
-	add("ack_errors_total", "Acknowledgement failures.", func(s s) uint64 { return s.AckErrors })
+	add(metricnames.TransportConnects, func(s s) uint64 { return s.Connects })
+	add(metricnames.TransportReconnects, func(s s) uint64 { return s.Reconnects })
+	add(metricnames.TransportConnectErrors, func(s s) uint64 { return s.ConnectErrors })
+	add(metricnames.TransportLost, func(s s) uint64 { return s.Lost })
+	add(metricnames.TransportAcks, func(s s) uint64 { return s.Acks })
+	add(metricnames.TransportRequeues, func(s s) uint64 { return s.Requeues })
+	add(metricnames.TransportRetryCopies, func(s s) uint64 { return s.RetriesSent })
+	add(metricnames.TransportLocalRetries, func(s s) uint64 { return s.LocalRetries })
+	add(metricnames.TransportDeadLetterCopies, func(s s) uint64 { return s.DeadLetters })
+	add(metricnames.TransportDeadLetterErrors, func(s s) uint64 { return s.DeadLetterErrors })
+	add(metricnames.TransportOversized, func(s s) uint64 { return s.Oversized })
+	add(metricnames.TransportDropped, func(s s) uint64 { return s.Dropped })
+	add(metricnames.TransportStaleAcks, func(s s) uint64 { return s.StaleAcks })
+	add(metricnames.TransportAckErrors, func(s s) uint64 { return s.AckErrors })
 	return col
 }
 

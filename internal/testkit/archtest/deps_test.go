@@ -16,7 +16,7 @@ const module = "github.com/acemq/msgaudit"
 
 // heavy are the dependencies a program pays for only when it imports a
 // backend or an exporter: the database drivers, the Prometheus client and
-// OpenTelemetry (package oteltrace).
+// OpenTelemetry (packages oteltrace and otelmetric).
 var heavy = []string{
 	"github.com/jackc/pgx/",
 	"github.com/redis/go-redis/",
@@ -31,6 +31,7 @@ var light = []string{
 	"msgid", "bitsetbin", "audit", "connaudit",
 	"idempotency", "metadata",
 	"receiver", "inbox",
+	"internal/metricnames", // the names both exporters read: neither client
 	"stompconsumer", "rabbitconsumer", "natsconsumer",
 }
 
@@ -44,6 +45,7 @@ var layers = map[string]float64{
 	"internal/testkit/readmecheck": 0, "internal/testkit/testsummary": 0, "internal/testkit/archtest": 0, "internal/testkit/apitest": 0,
 	"internal/testkit/testwait": 0, "internal/testkit/stompsub": 0, "internal/keyjoin": 0, "internal/copysig": 0, "internal/pgtable": 0,
 	"internal/admission": 0, "internal/copyhdr": 0, "internal/storelat": 0, "internal/purgeloop": 0,
+	"internal/metricnames": 0,
 	// Test helpers on top of testenv.
 	"internal/testkit/pgrestart": 0.5,
 	// Core: msgid → bitsetbin → audit → connaudit.
@@ -69,9 +71,10 @@ var layers = map[string]float64{
 	"metadata/sqlitemeta": 5, "metadata/redismeta": 5, "metadata/pgmeta": 5, "metadata/mysqlmeta": 5,
 	"inbox/pgxinbox": 5,
 	// Exporters: the pipeline's counters and the transports' counters as
-	// plain structs, so below the transports; and the tracing module
-	// (oteltrace/go.mod), a receiver.Observer.
-	"promexport": 3.5, "oteltrace": 3.5,
+	// plain structs, so below the transports; the tracing module
+	// (oteltrace/go.mod), a receiver.Observer; and the metrics module
+	// (otelmetric/go.mod), the same metrics as promexport.
+	"promexport": 3.5, "oteltrace": 3.5, "otelmetric": 3.5,
 	// Transports.
 	"stompconsumer": 6, "rabbitconsumer": 6, "natsconsumer": 6,
 	// Tools.
@@ -200,24 +203,28 @@ var brokerClients = []string{
 	"github.com/nats-io/",
 }
 
-// TestExporterLinksNoTransport: promexport exports the transports'
-// counters from receiver.TransportStats, so a program that scrapes the pipeline (or a
-// RabbitMQ consumer) does not link go-stomp, nor amqp091-go.
+// TestExporterLinksNoTransport: promexport and otelmetric export the
+// transports' counters from receiver.TransportStats, so a program that
+// scrapes the pipeline (or a RabbitMQ consumer) does not link go-stomp,
+// nor amqp091-go. Neither links the other's client: promexport no
+// OpenTelemetry, otelmetric no Prometheus.
 func TestExporterLinksNoTransport(t *testing.T) {
-	root := module + "/promexport"
-	pkgs := list(t, root)
-	if pkgs[root] == nil {
-		t.Fatalf("go list did not report %s", root)
-	}
-	for path := range pkgs {
-		for _, c := range brokerClients {
-			if strings.HasPrefix(path, c) {
-				t.Errorf("promexport depends on %s: %s", path, chain(pkgs, root, path))
-			}
+	for exporter, other := range map[string]string{"promexport": "go.opentelemetry.io/", "otelmetric": "github.com/prometheus/"} {
+		root := module + "/" + exporter
+		pkgs := list(t, root)
+		if pkgs[root] == nil {
+			t.Fatalf("go list did not report %s", root)
 		}
-		for _, tr := range []string{module + "/stompconsumer", module + "/rabbitconsumer", module + "/natsconsumer"} {
-			if path == tr {
-				t.Errorf("promexport depends on a transport: %s", chain(pkgs, root, path))
+		for path := range pkgs {
+			for _, c := range append(brokerClients, other) {
+				if strings.HasPrefix(path, c) {
+					t.Errorf("%s depends on %s: %s", exporter, path, chain(pkgs, root, path))
+				}
+			}
+			for _, tr := range []string{module + "/stompconsumer", module + "/rabbitconsumer", module + "/natsconsumer"} {
+				if path == tr {
+					t.Errorf("%s depends on a transport: %s", exporter, chain(pkgs, root, path))
+				}
 			}
 		}
 	}
@@ -269,7 +276,8 @@ func TestLayers(t *testing.T) {
 // the charts, the progress bar and the terminal check of the command.
 var toolOnly = []string{"gonum.org/", "github.com/schollz/progressbar", "golang.org/x/term"}
 
-// tracingOnly are modules only the tracing module (oteltrace) may require.
+// tracingOnly are modules only the OpenTelemetry modules (oteltrace,
+// otelmetric) may require.
 var tracingOnly = []string{"go.opentelemetry.io/"}
 
 // TestLibraryRequiresNoToolDependency: the library's go.mod requires none
@@ -288,7 +296,7 @@ func TestLibraryRequiresNoToolDependency(t *testing.T) {
 		}
 		for _, m := range tracingOnly {
 			if strings.Contains(line, m) {
-				t.Errorf("the library's go.mod requires an OpenTelemetry module: %s (it belongs in oteltrace/go.mod)", strings.TrimSpace(line))
+				t.Errorf("the library's go.mod requires an OpenTelemetry module: %s (it belongs in oteltrace/go.mod or otelmetric/go.mod)", strings.TrimSpace(line))
 			}
 		}
 	}

@@ -80,7 +80,7 @@ var imports = map[string]string{
 	"redismeta":   "github.com/acemq/msgaudit/metadata/redismeta",
 	"pgmeta":      "github.com/acemq/msgaudit/metadata/pgmeta",
 	"promexport":  "github.com/acemq/msgaudit/promexport", "prometheus": "github.com/prometheus/client_golang/prometheus",
-	"oteltrace": "github.com/acemq/msgaudit/oteltrace", "otel": "go.opentelemetry.io/otel",
+	"oteltrace": "github.com/acemq/msgaudit/oteltrace", "otel": "go.opentelemetry.io/otel", "otelmetric": "github.com/acemq/msgaudit/otelmetric",
 	"sql": "database/sql", "pgx": "github.com/jackc/pgx/v5", "pgxpool": "github.com/jackc/pgx/v5/pgxpool",
 	"context": "context", "errors": "errors", "fmt": "fmt", "os": "os", "slog": "log/slog", "time": "time",
 }
@@ -193,7 +193,7 @@ func anyExported(pkg string) string {
 		"inbox": "New", "pgxinbox": "New", "sql": "Open", "pgx": "Connect", "pgxpool": "New",
 		"context": "Background", "errors": "New", "fmt": "Sprint", "os": "Getenv", "slog": "Default", "time": "Now",
 		"sqlitestore": "Open", "redisstore": "New", "pgstore": "New", "sqlitemeta": "Open", "redismeta": "New", "pgmeta": "New",
-		"promexport": "Receiver", "prometheus": "NewRegistry", "oteltrace": "New", "otel": "GetTracerProvider",
+		"promexport": "Receiver", "prometheus": "NewRegistry", "oteltrace": "New", "otel": "GetTracerProvider", "otelmetric": "Receiver",
 	}[pkg]
 }
 
