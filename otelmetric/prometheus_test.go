@@ -24,8 +24,6 @@ var storeLatency = metricnames.ReceiverStoreLatency.Name
 // TestSameNamesAsPrometheus: the instruments are the metrics of
 // internal/metricnames, which are the families a promexport registry
 // gathers, the store latency histogram aside (its sum and count).
-// promexport has no Backlog collector yet: the backlog instruments are
-// checked against the table only.
 func TestSameNamesAsPrometheus(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
@@ -69,7 +67,15 @@ func TestSameNamesAsPrometheus(t *testing.T) {
 	if _, err := otelmetric.Backlog(mp.Meter("test"), countingSample(new(atomic.Int64)), "pg"); err != nil {
 		t.Fatal(err)
 	}
-	otel, table = nil, nil
+	reg = prometheus.NewPedanticRegistry()
+	reg.MustRegister(promexport.Backlog(countingSample(new(atomic.Int64)), "pg"))
+	if families, err = reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	prom, otel, table = nil, nil, nil
+	for _, f := range families {
+		prom = append(prom, f.GetName())
+	}
 	for name := range collect(t, r) {
 		otel = append(otel, name)
 	}
@@ -80,6 +86,9 @@ func TestSameNamesAsPrometheus(t *testing.T) {
 	slices.Sort(table)
 	if !slices.Equal(otel, table) {
 		t.Errorf("otelmetric's Backlog exports %q\ninternal/metricnames lists %q", otel, table)
+	}
+	if !slices.Equal(prom, table) {
+		t.Errorf("promexport's Backlog exports %q\ninternal/metricnames lists %q", prom, table)
 	}
 }
 
@@ -112,7 +121,8 @@ func TestPrometheusExporterSameSeries(t *testing.T) {
 	t.Parallel()
 	snap := func() receiver.Snapshot { return knownSnapshot() }
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(promexport.Receiver(snap, "stomp"), promexport.Transport(knownStats, "stomp"))
+	reg.MustRegister(promexport.Receiver(snap, "stomp"), promexport.Transport(knownStats, "stomp"),
+		promexport.Backlog(countingSample(new(atomic.Int64)), "pg"))
 	want := textOf(t, reg)
 
 	oreg := prometheus.NewPedanticRegistry()
@@ -127,6 +137,9 @@ func TestPrometheusExporterSameSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := otelmetric.Transport(meter, knownStats, "stomp"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := otelmetric.Backlog(meter, countingSample(new(atomic.Int64)), "pg"); err != nil {
 		t.Fatal(err)
 	}
 	got := textOf(t, oreg)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/metricnames"
 )
 
 // Sampling of Backlog's collectors: a sample is reused for backlogTTL and
@@ -33,20 +34,16 @@ const (
 // before the first good sample. Several collectors with different store
 // values may be registered in one registry.
 func Backlog(sample func(context.Context) (idempotency.Backlog, error), store string) prometheus.Collector {
-	labels := prometheus.Labels{"store": store}
-	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("msgaudit_backlog_"+name, help, nil, labels)
-	}
 	return &backlogCollector{
 		sample:     sample,
 		ttl:        backlogTTL,
 		timeout:    backlogTimeout,
 		now:        time.Now,
-		held:       desc("held", "Claims taken and neither confirmed nor released whose lease has not run out (0 for an inbox)."),
-		oldestHeld: desc("oldest_held_seconds", "How long the oldest held claim has been held (0 with none): growing without bound is a handler that never ends."),
-		rows:       desc("rows", "Keys kept: held, confirmed, and expired ones not yet purged (the database's estimate on PostgreSQL and MySQL)."),
-		oldestRow:  desc("oldest_row_seconds", "Age of the oldest key kept (0 with none): growing past retention plus the purge interval is a purge that does not run or keep up."),
-		errors:     desc("sample_errors_total", "Backlog samples that failed or timed out; the gauges keep the last good sample."),
+		held:       newDesc(metricnames.BacklogHeld, store),
+		oldestHeld: newDesc(metricnames.BacklogOldestHeld, store),
+		rows:       newDesc(metricnames.BacklogRows, store),
+		oldestRow:  newDesc(metricnames.BacklogOldestRow, store),
+		errors:     newDesc(metricnames.BacklogSampleErrors, store),
 	}
 }
 

@@ -2,6 +2,7 @@ package promexport_test
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/acemq/msgaudit/connaudit"
+	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/metricnames"
 	"github.com/acemq/msgaudit/promexport"
 	"github.com/acemq/msgaudit/receiver"
@@ -110,13 +112,14 @@ func TestScrapeText(t *testing.T) {
 func TestNamesFromTable(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(promexport.Receiver(knownSnapshot, "stomp"), promexport.Transport(knownStats, "stomp"))
+	reg.MustRegister(promexport.Receiver(knownSnapshot, "stomp"), promexport.Transport(knownStats, "stomp"),
+		promexport.Backlog(func(context.Context) (idempotency.Backlog, error) { return idempotency.Backlog{Held: 1}, nil }, "pg"))
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]metricnames.Metric{}
-	for _, m := range slices.Concat(metricnames.Receiver, metricnames.Transport) {
+	for _, m := range metricnames.All {
 		want[m.Name] = m
 	}
 	for _, f := range families {
