@@ -115,6 +115,7 @@
 // them.
 //
 // Run the whole thing with cmd/msgaudit/internal/bench/e2e.sh (flags: go run ./cmd/msgaudit/internal/bench/e2e/cmd/e2e
-// -h); TestE2E runs it with 200 messages and one round against the services
-// the tests use.
+// -h); TestE2E runs the variants without an effect with 200 messages and
+// one round against the services the tests use, TestEffectBackends the
+// effect variants with 50.
 package e2e
