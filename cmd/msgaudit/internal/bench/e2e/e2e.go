@@ -362,6 +362,7 @@ func newPlan(o Options) (*plan, error) {
 	if len(o.Variants) > 0 && len(want) == 0 {
 		return nil, fmt.Errorf("%w: none of the variants %q runs on the brokers %q", ErrOptions, o.Variants, brokers)
 	}
+	urls := map[string]string{"RedisURL": o.RedisURL, "PostgresURL": o.PostgresURL, "MySQLURL": o.MySQLURL}
 	for _, v := range p.variants {
 		missing := ""
 		switch {
@@ -373,7 +374,7 @@ func newPlan(o Options) (*plan, error) {
 			missing = "NATSURL"
 		}
 		for _, f := range v.needs() {
-			if missing == "" && map[string]string{"RedisURL": o.RedisURL, "PostgresURL": o.PostgresURL, "MySQLURL": o.MySQLURL}[f] == "" {
+			if missing == "" && urls[f] == "" {
 				missing = f
 			}
 		}
