@@ -15,10 +15,13 @@ import (
 	"github.com/acemq/msgaudit/idempotency/redisstore"
 	"github.com/acemq/msgaudit/idempotency/sqlitestore"
 	"github.com/acemq/msgaudit/inbox"
+	"github.com/acemq/msgaudit/inbox/pgxinbox"
 	"github.com/acemq/msgaudit/internal/mysqlurl"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for the PostgreSQL inbox
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, for the SQLite inbox
@@ -35,6 +38,9 @@ type backend struct {
 	// apply commits the effect of one message on its own (autocommit):
 	// the bare client's handler in the effect variants; nil elsewhere.
 	apply func(ctx context.Context, key string, body []byte) error
+	// effect is the effect variants' table, checked after the run; nil
+	// elsewhere.
+	effect *effectTable
 }
 
 // plainHandler counts and succeeds.
@@ -169,68 +175,124 @@ func (p *plan) openBackend(ctx context.Context, k kind, n names) (*backend, erro
 		}
 		be.inbox, be.handler = ib, inboxHandler
 		be.close = func(ctx context.Context) error { return errors.Join(db.Close(), p.dropTable(ctx, n.ident)) }
-	case bareEffectPostgres, inboxEffectPostgres, bareEffectMySQL, inboxEffectMySQL, bareInboxPostgres, bareInboxMySQL:
-		return p.effectBackend(ctx, k, n)
 	default:
+		if k.effectDB() != "" {
+			return p.effectBackend(ctx, k, n)
+		}
 		return nil, fmt.Errorf("e2e: no backend for kind %d", k)
 	}
 	return be, nil
 }
 
-// effectBackend opens the database of an effect variant with a table of
-// its own that receives one row per message (its key and body): a bare
-// client INSERTs with autocommit, the inbox variant in the inbox's
-// transaction, with the inbox table on the same database.
-func (p *plan) effectBackend(ctx context.Context, k kind, n names) (*backend, error) {
-	var (
-		db      *sql.DB
-		err     error
-		dialect inbox.Dialect
-		insert  string
-		mark    string // the hand-written inbox row: affects 0 rows for a recorded key
-		quote   = func(s string) string { return `"` + s + `"` }
-	)
-	fx := "fx_" + n.ident
-	switch k.effectDB() {
+// effectTable is the table of an effect variant in the user's database:
+// one row per message, its key (the primary key) and its body.
+type effectTable struct {
+	db     *sql.DB
+	table  string
+	quote  func(string) string // quotes an identifier
+	insert string              // INSERTs one row: key, body
+	// close drops the effect's and the inbox's tables (or removes the
+	// SQLite file) and closes db.
+	close func(ctx context.Context) error
+}
+
+// exec INSERTs the row of one message with autocommit.
+func (e *effectTable) exec(ctx context.Context, key string, body []byte) error {
+	_, err := e.db.ExecContext(ctx, e.insert, key, string(body))
+	return err
+}
+
+// check counts the table's rows and distinct keys and fails unless both are
+// want, one row per message: the primary key forbids a second row of a
+// key, so a count short of want is a lost effect. It returns the rows.
+func (e *effectTable) check(ctx context.Context, want int) (int, error) {
+	var rows, keys int
+	if err := e.db.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(DISTINCT id) FROM `+e.quote(e.table)).Scan(&rows, &keys); err != nil {
+		return 0, fmt.Errorf("counting the effect table's rows: %w", err)
+	}
+	if rows != want || keys != want {
+		return rows, fmt.Errorf("the effect table holds %d rows with %d distinct keys, want one per message (%d)", rows, keys, want)
+	}
+	return rows, nil
+}
+
+// openEffect opens the effect's database (db: "postgres", "mysql" or
+// "sqlite") and creates the effect's table, "fx_" and the measurement's
+// identifier; the inbox of the same measurement, if any, takes the
+// identifier itself on the same database.
+func (p *plan) openEffect(ctx context.Context, db string, n names) (*effectTable, error) {
+	e := &effectTable{table: "fx_" + n.ident, quote: func(s string) string { return `"` + s + `"` }}
+	var err error
+	switch db {
 	case "postgres":
-		db, err = sql.Open("pgx", p.PostgresURL)
-		dialect = inbox.PostgreSQL
-		insert = `INSERT INTO ` + quote(fx) + ` (id, body) VALUES ($1, $2)`
-		mark = `INSERT INTO ` + quote(n.ident) + ` (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`
+		e.db, err = sql.Open("pgx", p.PostgresURL)
+		e.insert = `INSERT INTO ` + e.quote(e.table) + ` (id, body) VALUES ($1, $2)`
 	case "mysql":
 		var cfg *mysql.Config
 		if cfg, err = mysqlurl.Config(p.MySQLURL); err == nil {
 			var conn driver.Connector
 			if conn, err = mysql.NewConnector(cfg); err == nil {
-				db = sql.OpenDB(conn)
+				e.db = sql.OpenDB(conn)
 			}
 		}
-		dialect = inbox.MySQL
-		quote = func(s string) string { return "`" + s + "`" }
-		insert = `INSERT INTO ` + quote(fx) + ` (id, body) VALUES (?, ?)`
-		mark = `INSERT INTO ` + quote(n.ident) + ` (id) VALUES (?) ON DUPLICATE KEY UPDATE id = id`
+		e.quote = func(s string) string { return "`" + s + "`" }
+		e.insert = `INSERT INTO ` + e.quote(e.table) + ` (id, body) VALUES (?, ?)`
+	case "sqlite":
+		// The settings of the inbox-sqlite variant (synchronous=FULL: a
+		// commit survives a power loss), for the bare client too, so that
+		// both make the same promise.
+		path := filepath.Join(p.Dir, n.ident+".db")
+		e.db, err = sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+		e.insert = `INSERT INTO ` + e.quote(e.table) + ` (id, body) VALUES (?, ?)`
+		if err == nil {
+			sdb := e.db
+			e.close = func(context.Context) error { return errors.Join(sdb.Close(), sqliteFiles(path)) }
+		}
+	default:
+		return nil, fmt.Errorf("e2e: no effect database %q", db)
 	}
 	if err != nil {
 		return nil, err
 	}
-	db.SetMaxOpenConns(2 * p.Concurrency)
-	db.SetMaxIdleConns(2 * p.Concurrency)
-	drop := func(ctx context.Context) error {
-		_, err1 := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+quote(fx))
-		_, err2 := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+quote(n.ident))
-		return errors.Join(err1, err2, db.Close())
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE `+quote(fx)+` (id VARCHAR(255) PRIMARY KEY, body TEXT NOT NULL)`); err != nil {
-		return nil, errors.Join(err, drop(ctx))
-	}
-	be := &backend{close: drop}
-	if k == bareInboxPostgres || k == bareInboxMySQL {
-		if _, err := db.ExecContext(ctx, `CREATE TABLE `+quote(n.ident)+` (id VARCHAR(255) PRIMARY KEY)`); err != nil {
-			return nil, errors.Join(err, drop(ctx))
+	e.db.SetMaxOpenConns(2 * p.Concurrency)
+	e.db.SetMaxIdleConns(2 * p.Concurrency) // database/sql keeps 2 by default and closes the rest after every transaction
+	if e.close == nil {
+		e.close = func(ctx context.Context) error {
+			_, err1 := e.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+e.quote(e.table))
+			_, err2 := e.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+e.quote(n.ident))
+			return errors.Join(err1, err2, e.db.Close())
 		}
-		be.handler = plainHandler
+	}
+	if _, err := e.db.ExecContext(ctx, `CREATE TABLE `+e.quote(e.table)+` (id VARCHAR(255) PRIMARY KEY, body TEXT NOT NULL)`); err != nil {
+		return nil, errors.Join(err, e.close(ctx))
+	}
+	return e, nil
+}
+
+// effectBackend opens the database of an effect variant with a table of
+// its own that receives one row per message (its key and body): a bare
+// client INSERTs with autocommit (or with a hand-written inbox row in one
+// transaction), msgaudit's handler with autocommit behind the audit or a
+// store, or in the inbox's transaction, with the inbox table on the same
+// database.
+func (p *plan) effectBackend(ctx context.Context, k kind, n names) (*backend, error) {
+	fx, err := p.openEffect(ctx, k.effectDB(), n)
+	if err != nil {
+		return nil, err
+	}
+	be := &backend{effect: fx, close: fx.close, handler: plainHandler}
+	switch {
+	case k == bareInboxPostgres || k == bareInboxMySQL:
+		// The hand-written inbox row: affects 0 rows for a recorded key.
+		mark := `INSERT INTO ` + fx.quote(n.ident) + ` (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`
+		if k == bareInboxMySQL {
+			mark = `INSERT INTO ` + fx.quote(n.ident) + ` (id) VALUES (?) ON DUPLICATE KEY UPDATE id = id`
+		}
+		if _, err := fx.db.ExecContext(ctx, `CREATE TABLE `+fx.quote(n.ident)+` (id VARCHAR(255) PRIMARY KEY)`); err != nil {
+			return nil, errors.Join(err, fx.close(ctx))
+		}
 		be.apply = func(ctx context.Context, key string, body []byte) error {
-			tx, err := db.BeginTx(ctx, nil)
+			tx, err := fx.db.BeginTx(ctx, nil)
 			if err != nil {
 				return err
 			}
@@ -242,34 +304,75 @@ func (p *plan) effectBackend(ctx context.Context, k kind, n names) (*backend, er
 			if n, err := res.RowsAffected(); err != nil || n == 0 {
 				return err // a recorded key: applied before, ack it again
 			}
-			if _, err := tx.ExecContext(ctx, insert, key, string(body)); err != nil {
+			if _, err := tx.ExecContext(ctx, fx.insert, key, string(body)); err != nil {
 				return err
 			}
 			return tx.Commit()
 		}
-		return be, nil
-	}
-	if k.isBare() {
-		be.handler = plainHandler
-		be.apply = func(ctx context.Context, key string, body []byte) error {
-			_, err := db.ExecContext(ctx, insert, key, string(body))
-			return err
+	case k.isBareEffect():
+		be.apply = fx.exec
+	case k.storeKind() != 0:
+		base, err := p.openBackend(ctx, k.storeKind(), n)
+		if err != nil {
+			return nil, errors.Join(err, fx.close(ctx))
 		}
-		return be, nil
-	}
-	ib, err := inbox.New(ctx, db, inbox.Options{Dialect: dialect, Table: n.ident, MaxBatch: p.InboxBatch, Linger: p.InboxLinger})
-	if err != nil {
-		return nil, errors.Join(err, drop(ctx))
-	}
-	be.inbox = ib
-	be.handler = func(count func()) receiver.Handler {
-		return inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
-			if _, err := tx.ExecContext(ctx, insert, m.Key, string(m.Body)); err != nil {
-				return err
+		be.store = base.store
+		be.close = func(ctx context.Context) error { return errors.Join(base.close(ctx), fx.close(ctx)) }
+		be.handler = func(count func()) receiver.Handler {
+			return func(ctx context.Context, m *receiver.Message) error {
+				if err := fx.exec(ctx, m.Key, m.Body); err != nil {
+					return err
+				}
+				count()
+				return nil
 			}
-			count()
-			return nil
-		})
+		}
+	case k == pgxinboxEffectPostgres:
+		cfg, err := pgxpool.ParseConfig(p.PostgresURL)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("parsing %s: %w", redact.URL(p.PostgresURL), err), fx.close(ctx))
+		}
+		cfg.MaxConns = int32(2 * p.Concurrency)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, errors.Join(err, fx.close(ctx))
+		}
+		ib, err := pgxinbox.New(ctx, pool, inbox.Options{Table: n.ident, MaxBatch: p.InboxBatch, Linger: p.InboxLinger})
+		if err != nil {
+			pool.Close()
+			return nil, errors.Join(err, fx.close(ctx))
+		}
+		be.inbox = ib
+		be.close = func(ctx context.Context) error {
+			err := ib.Close()
+			pool.Close()
+			return errors.Join(err, fx.close(ctx))
+		}
+		be.handler = func(count func()) receiver.Handler {
+			return pgxinbox.Handler(func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error {
+				if _, err := tx.Exec(ctx, fx.insert, m.Key, string(m.Body)); err != nil {
+					return err
+				}
+				count()
+				return nil
+			})
+		}
+	default: // inbox-effect-*: database/sql's inbox
+		dialect := map[string]inbox.Dialect{"postgres": inbox.PostgreSQL, "mysql": inbox.MySQL, "sqlite": inbox.SQLite}[k.effectDB()]
+		ib, err := inbox.New(ctx, fx.db, inbox.Options{Dialect: dialect, Table: n.ident, MaxBatch: p.InboxBatch, Linger: p.InboxLinger})
+		if err != nil {
+			return nil, errors.Join(err, fx.close(ctx))
+		}
+		be.inbox = ib
+		be.handler = func(count func()) receiver.Handler {
+			return inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+				if _, err := tx.ExecContext(ctx, fx.insert, m.Key, string(m.Body)); err != nil {
+					return err
+				}
+				count()
+				return nil
+			})
+		}
 	}
 	return be, nil
 }

@@ -45,8 +45,18 @@
 // with each idempotency store (memory, Redis, PostgreSQL, SQLite with
 // synchronous=NORMAL, its default, and with FULL; not on NATS) and with
 // the transactional inbox on SQLite and on PostgreSQL, and the effect
-// variants (a row INSERTed per message by a bare client, by a bare client
-// with a hand-written inbox row, or in msgaudit's inbox transaction). msgaudit's consumers
+// variants, on every broker: a row INSERTed per message (its key the
+// primary key) into PostgreSQL, MariaDB or an SQLite file
+// (synchronous=FULL), by a bare client with autocommit (bare-effect-<db>),
+// by a bare client with a hand-written inbox row in the same transaction
+// (bare-inbox-postgres, bare-inbox-mysql), by msgaudit's handler with
+// autocommit behind the audit only or a store (audit-effect-postgres,
+// redis-effect-postgres, postgres-effect-postgres), or in the transaction
+// of msgaudit's inbox (inbox-effect-<db>; pgxinbox-effect-postgres with
+// inbox/pgxinbox). Each effect variant's row also has its rate divided by
+// that of bare-effect-<db> of the same round (Row.EffectRatio), and after
+// each of its runs its table must hold exactly one row per message
+// (Sample.EffectRows), or the run fails. msgaudit's consumers
 // run with Options.Concurrency handlers, Options.Prefetch and
 // Options.InFlight deliveries in the duplicate pipeline at once (by default
 // the consumers' own default: Prefetch when Concurrency is above 1;
@@ -81,10 +91,11 @@
 //     found, every process named java (STOMP), beam.smp (AMQP) or
 //     nats-server (NATS).
 //   - store: for the variants with a server (redis, postgres,
-//     inbox-postgres), the process listening on the store URL's port and
-//     its descendants, so PostgreSQL's backends, whether they live through
+//     inbox-postgres, the effect variants but SQLite's), the processes
+//     listening on the store's and the effect database's URL's ports and
+//     their descendants, so PostgreSQL's backends, whether they live through
 //     the variant (the pool's connections) or not; the fallback is every
-//     redis-server or postgres process. None for the others: SQLite's work
+//     redis-server, postgres or mariadbd process. None for the others: SQLite's work
 //     is in the client's figure.
 //   - other: every other process but this one, the other broker and idle
 //     services included.
@@ -104,6 +115,7 @@
 // them.
 //
 // Run the whole thing with cmd/msgaudit/internal/bench/e2e.sh (flags: go run ./cmd/msgaudit/internal/bench/e2e/cmd/e2e
-// -h); TestE2E runs it with 200 messages and one round against the services
-// the tests use.
+// -h); TestE2E runs the variants without an effect with 200 messages and
+// one round against the services the tests use, TestEffectBackends the
+// effect variants with 50.
 package e2e

@@ -67,27 +67,64 @@ const (
 	// commits, then ACKs.
 	bareInboxPostgres
 	bareInboxMySQL
+	// The same effect with msgaudit's other choices: the handler INSERTs
+	// into PostgreSQL with autocommit behind the audit only or an
+	// idempotency store (Redis, PostgreSQL), or in the transaction of the
+	// pgx inbox.
+	auditEffectPostgres
+	redisEffectPostgres
+	postgresEffectPostgres
+	pgxinboxEffectPostgres
+	// The same effect in an SQLite file: the bare client INSERTs with
+	// autocommit, the inbox variant in its transaction.
+	bareEffectSQLite
+	inboxEffectSQLite
 )
 
 // effectDB names the database of an effect variant's writes: "postgres",
-// "mysql" or "" (the handler only counts).
+// "mysql", "sqlite" or "" (the handler only counts).
 func (k kind) effectDB() string {
 	switch k {
-	case bareEffectPostgres, inboxEffectPostgres, bareInboxPostgres:
+	case bareEffectPostgres, inboxEffectPostgres, bareInboxPostgres,
+		auditEffectPostgres, redisEffectPostgres, postgresEffectPostgres, pgxinboxEffectPostgres:
 		return "postgres"
 	case bareEffectMySQL, inboxEffectMySQL, bareInboxMySQL:
 		return "mysql"
+	case bareEffectSQLite, inboxEffectSQLite:
+		return "sqlite"
 	}
 	return ""
+}
+
+// isBareEffect reports whether k is the bare client committing an effect
+// with autocommit: the variant every other one with the same effectDB is
+// divided by.
+func (k kind) isBareEffect() bool {
+	return k == bareEffectPostgres || k == bareEffectMySQL || k == bareEffectSQLite
 }
 
 // isBare reports whether k is consumed by a bare client.
 func (k kind) isBare() bool {
 	switch k {
-	case bare, bareEffectPostgres, bareEffectMySQL, bareInboxPostgres, bareInboxMySQL:
+	case bare, bareEffectPostgres, bareEffectMySQL, bareEffectSQLite, bareInboxPostgres, bareInboxMySQL:
 		return true
 	}
 	return false
+}
+
+// storeKind is the kind without its effect of a variant that adds an
+// autocommit INSERT to msgaudit's audit or store (audit, redis, postgres),
+// 0 for the others.
+func (k kind) storeKind() kind {
+	switch k {
+	case auditEffectPostgres:
+		return auditOnly
+	case redisEffectPostgres:
+		return redisStore
+	case postgresEffectPostgres:
+		return postgresStore
+	}
+	return 0
 }
 
 // variant is one consumer configuration on one broker.
@@ -100,17 +137,20 @@ type variant struct {
 // id is the variant's name in flags and reports: "stomp/redis".
 func (v variant) id() string { return v.broker + "/" + v.name }
 
-// needs names the Options field a variant's store needs, or "".
-func (v variant) needs() string {
-	switch v.kind {
-	case redisStore:
-		return "RedisURL"
-	case postgresStore, inboxPostgres, bareEffectPostgres, inboxEffectPostgres, bareInboxPostgres:
-		return "PostgresURL"
-	case bareEffectMySQL, inboxEffectMySQL, bareInboxMySQL:
-		return "MySQLURL"
+// needs names the Options fields of the servers a variant's store, inbox
+// and effect use (none for SQLite and the memory tiers).
+func (v variant) needs() []string {
+	var out []string
+	if v.kind == redisStore || v.kind.storeKind() == redisStore {
+		out = append(out, "RedisURL")
 	}
-	return ""
+	if v.kind == postgresStore || v.kind == inboxPostgres || v.kind.effectDB() == "postgres" {
+		out = append(out, "PostgresURL")
+	}
+	if v.kind.effectDB() == "mysql" {
+		out = append(out, "MySQLURL")
+	}
+	return out
 }
 
 // allVariants is every variant in report order.
@@ -134,10 +174,16 @@ var allVariants = func() []variant {
 			variant{b, "inbox-postgres", inboxPostgres},
 			variant{b, "bare-effect-postgres", bareEffectPostgres},
 			variant{b, "bare-inbox-postgres", bareInboxPostgres},
+			variant{b, "audit-effect-postgres", auditEffectPostgres},
+			variant{b, "redis-effect-postgres", redisEffectPostgres},
+			variant{b, "postgres-effect-postgres", postgresEffectPostgres},
 			variant{b, "inbox-effect-postgres", inboxEffectPostgres},
+			variant{b, "pgxinbox-effect-postgres", pgxinboxEffectPostgres},
 			variant{b, "bare-effect-mysql", bareEffectMySQL},
 			variant{b, "bare-inbox-mysql", bareInboxMySQL},
 			variant{b, "inbox-effect-mysql", inboxEffectMySQL},
+			variant{b, "bare-effect-sqlite", bareEffectSQLite},
+			variant{b, "inbox-effect-sqlite", inboxEffectSQLite},
 		)
 	}
 	return vs
@@ -145,9 +191,9 @@ var allVariants = func() []variant {
 
 // Variants returns the names of every variant, in report order:
 // "stomp/bare", "stomp/audit", "stomp/memory", "stomp/redis", …,
-// "nats/inbox-effect-mysql". The memory store runs on STOMP only; NATS
-// runs the bare client, audit, the inboxes and the effect variants, not the
-// idempotency stores.
+// "nats/inbox-effect-sqlite". The memory store runs on STOMP only; NATS
+// runs the bare client, audit, the inboxes and the effect variants (those
+// with a store included), not the idempotency stores without an effect.
 func Variants() []string {
 	out := make([]string, len(allVariants))
 	for i, v := range allVariants {
@@ -316,6 +362,7 @@ func newPlan(o Options) (*plan, error) {
 	if len(o.Variants) > 0 && len(want) == 0 {
 		return nil, fmt.Errorf("%w: none of the variants %q runs on the brokers %q", ErrOptions, o.Variants, brokers)
 	}
+	urls := map[string]string{"RedisURL": o.RedisURL, "PostgresURL": o.PostgresURL, "MySQLURL": o.MySQLURL}
 	for _, v := range p.variants {
 		missing := ""
 		switch {
@@ -325,12 +372,11 @@ func newPlan(o Options) (*plan, error) {
 			missing = "AMQPURL"
 		case v.broker == NATS && o.NATSURL == "":
 			missing = "NATSURL"
-		case v.needs() == "RedisURL" && o.RedisURL == "":
-			missing = "RedisURL"
-		case v.needs() == "PostgresURL" && o.PostgresURL == "":
-			missing = "PostgresURL"
-		case v.needs() == "MySQLURL" && o.MySQLURL == "":
-			missing = "MySQLURL"
+		}
+		for _, f := range v.needs() {
+			if missing == "" && urls[f] == "" {
+				missing = f
+			}
 		}
 		if missing != "" {
 			return nil, fmt.Errorf("%w: variant %s needs %s", ErrOptions, v.id(), missing)
@@ -368,6 +414,10 @@ type Sample struct {
 	// Tail, in latency mode for msgaudit's consumers, is where the
 	// slowest 1 % of the messages spent their time.
 	Tail *Tail `json:"tail,omitempty"`
+	// EffectRows, for an effect variant, is the number of rows its effect
+	// table held after the run: checked to be Messages, each with a
+	// distinct key (the run fails otherwise); 0 for the others.
+	EffectRows int `json:"effect_rows,omitempty"`
 }
 
 // MachineCPU is the CPU time of the machine's processes during one
@@ -386,12 +436,13 @@ type MachineCPU struct {
 	// descendants, or, where no listener is found, every process named
 	// java (STOMP), beam.smp (AMQP) or nats-server (NATS).
 	Broker float64 `json:"broker_us_per_msg"`
-	// Store is the store's server, for the variants that use one: the
-	// process listening on the Redis or PostgreSQL URL's port and its
-	// descendants (PostgreSQL's backends are children of the postmaster),
-	// or, where no listener is found, every redis-server or postgres
-	// process. nil for the variants without a server (SQLite runs in this
-	// process).
+	// Store is the servers of the variant's store, inbox and effect, for
+	// the variants that use one: the processes listening on the Redis,
+	// PostgreSQL or MySQL URL's port (Redis and PostgreSQL both for
+	// redis-effect-postgres) and their descendants (PostgreSQL's backends
+	// are children of the postmaster), or, where no listener is found,
+	// every redis-server, postgres or mariadbd process. nil for the
+	// variants without a server (SQLite runs in this process).
 	Store *float64 `json:"store_us_per_msg,omitempty"`
 	// Other is every other process except this one, whose time is
 	// Sample.CPUMicros (getrusage): the other broker, idle services, the
@@ -444,8 +495,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if s.P50Millis > 0 {
 				lat = fmt.Sprintf(" p50 %.2f ms p99 %.2f ms", s.P50Millis, s.P99Millis)
 			}
-			fmt.Fprintf(p.Progress, "round %d %-22s %8d msgs %7.2fs %9.0f msgs/s %6.1f µs CPU/msg%s%s\n",
-				round, v.id(), s.Messages, s.Seconds, s.Rate, s.CPUMicros, lat, s.Machine.progress())
+			fx := ""
+			if s.EffectRows > 0 {
+				fx = fmt.Sprintf("; effect table: %d rows, %d distinct keys", s.EffectRows, s.EffectRows)
+			}
+			fmt.Fprintf(p.Progress, "round %d %-30s %8d msgs %7.2fs %9.0f msgs/s %6.1f µs CPU/msg%s%s%s\n",
+				round, v.id(), s.Messages, s.Seconds, s.Rate, s.CPUMicros, lat, s.Machine.progress(), fx)
 			rep.Samples = append(rep.Samples, s)
 		}
 	}
@@ -560,14 +615,21 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 	if err := b.verifyEmpty(ctx, n); err != nil {
 		return s, fmt.Errorf("after consuming: %w", err)
 	}
+	effectRows := 0
+	if be != nil && be.effect != nil {
+		if effectRows, err = be.effect.check(ctx, p.Messages); err != nil {
+			return s, fmt.Errorf("after consuming: %w", err)
+		}
+	}
 	s = Sample{
-		Broker:    v.broker,
-		Variant:   v.name,
-		Round:     round,
-		Messages:  p.Messages,
-		Seconds:   elapsed.Seconds(),
-		Rate:      float64(p.Messages) / elapsed.Seconds(),
-		CPUMicros: float64(cpu1-cpu0) / float64(time.Microsecond) / float64(p.Messages),
+		Broker:     v.broker,
+		Variant:    v.name,
+		Round:      round,
+		Messages:   p.Messages,
+		Seconds:    elapsed.Seconds(),
+		Rate:       float64(p.Messages) / elapsed.Seconds(),
+		CPUMicros:  float64(cpu1-cpu0) / float64(time.Microsecond) / float64(p.Messages),
+		EffectRows: effectRows,
 	}
 	if haveProcs && haveProcs1 && haveStat {
 		s.Machine = machineCPU(procs0, procs1, stat0, stat1, broker, store, os.Getpid(), p.Messages)
@@ -583,9 +645,10 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 	return s, nil
 }
 
-// servers returns the processes a variant's broker and store server run
-// as; store is nil for a variant without a server.
-func (p *plan) servers(v variant) (broker, store *server) {
+// servers returns the processes a variant's broker and the servers of its
+// store, inbox and effect run as; store is empty for a variant without a
+// server.
+func (p *plan) servers(v variant) (broker *server, store servers) {
 	switch v.broker {
 	case STOMP:
 		broker = findServer("java", addrPort(p.StompAddr))
@@ -594,24 +657,23 @@ func (p *plan) servers(v variant) (broker, store *server) {
 	default:
 		broker = findServer("beam.smp", urlPort(p.AMQPURL, 5672))
 	}
-	switch v.needs() {
-	case "RedisURL":
-		store = findServer("redis-server", urlPort(p.RedisURL, 6379))
-	case "PostgresURL":
-		store = findServer("postgres", urlPort(p.PostgresURL, 5432))
-	case "MySQLURL":
-		store = findServer("mariadbd", urlPort(p.MySQLURL, 3306))
-		if store == nil {
-			store = findServer("mysqld", urlPort(p.MySQLURL, 3306))
+	for _, f := range v.needs() {
+		switch f {
+		case "RedisURL":
+			store = append(store, findServer("redis-server", urlPort(p.RedisURL, 6379)))
+		case "PostgresURL":
+			store = append(store, findServer("postgres", urlPort(p.PostgresURL, 5432)))
+		case "MySQLURL":
+			store = append(store, findServer("mariadbd", urlPort(p.MySQLURL, 3306)))
 		}
 	}
 	return broker, store
 }
 
 // machineCPU sorts the CPU time spent between two snapshots into the
-// broker's, the store server's, this process's (pid self, left out: its
+// broker's, the store servers', this process's (pid self, left out: its
 // figure is getrusage's) and the rest, per message.
-func machineCPU(p0, p1 *procSnapshot, s0, s1 cpuStat, broker, store *server, self, messages int) *MachineCPU {
+func machineCPU(p0, p1 *procSnapshot, s0, s1 cpuStat, broker *server, store servers, self, messages int) *MachineCPU {
 	per := func(ticks uint64) float64 { return float64(ticks) * 1e6 / clockTicks / float64(messages) }
 	m := &MachineCPU{ByName: map[string]float64{}, BrokerPIDs: broker.pids, ReadMicros: float64(p1.took) / float64(time.Microsecond)}
 	var bt, st, ot uint64
@@ -629,9 +691,9 @@ func machineCPU(p0, p1 *procSnapshot, s0, s1 cpuStat, broker, store *server, sel
 		}
 	}
 	m.Broker, m.Other = per(bt), per(ot)
-	if store != nil {
+	if len(store) > 0 {
 		x := per(st)
-		m.Store, m.StorePIDs = &x, store.pids
+		m.Store, m.StorePIDs = &x, store.pids()
 	}
 	if s1.total > s0.total && s1.busy >= s0.busy {
 		m.BusyPct = 100 * float64(s1.busy-s0.busy) / float64(s1.total-s0.total)

@@ -32,11 +32,30 @@ func services(t *testing.T) Options {
 	}
 }
 
-// TestE2E runs every variant once with 200 messages against the real
-// brokers and checks that each produced a sample and a row.
+// variantIDs returns the ids of the variants keep accepts, in report order.
+func variantIDs(keep func(variant) bool) []string {
+	var out []string
+	for _, v := range allVariants {
+		if keep(v) {
+			out = append(out, v.id())
+		}
+	}
+	return out
+}
+
+// TestE2E runs every variant without an effect once with 200 messages
+// against the real brokers and checks that each produced a sample and a
+// row. TestEffectBackends runs the effect variants.
 func TestE2E(t *testing.T) {
 	o := services(t)
 	o.Messages, o.Rounds, o.Timeout, o.Dir = 200, 1, 30*time.Second, t.TempDir()
+	o.Variants = variantIDs(func(v variant) bool { return v.kind.effectDB() == "" })
+	var want []variant
+	for _, v := range allVariants {
+		if v.kind.effectDB() == "" {
+			want = append(want, v)
+		}
+	}
 	var progress bytes.Buffer
 	o.Progress = &progress
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -46,19 +65,19 @@ func TestE2E(t *testing.T) {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 	}
 	_, haveProc := readProcs()
-	if len(rep.Samples) != len(allVariants) {
-		t.Fatalf("%d samples, want one per variant (%d)", len(rep.Samples), len(allVariants))
+	if len(rep.Samples) != len(want) {
+		t.Fatalf("%d samples, want one per variant (%d)", len(rep.Samples), len(want))
 	}
 	for i, s := range rep.Samples {
-		v := allVariants[i]
-		if s.Broker != v.broker || s.Variant != v.name || s.Round != 1 || s.Messages != 200 || !(s.Rate > 0) || !(s.Seconds > 0) {
-			t.Errorf("sample %d = %+v, want variant %s, round 1, 200 messages, a positive rate", i, s, v.id())
+		v := want[i]
+		if s.Broker != v.broker || s.Variant != v.name || s.Round != 1 || s.Messages != 200 || !(s.Rate > 0) || !(s.Seconds > 0) || s.EffectRows != 0 {
+			t.Errorf("sample %d = %+v, want variant %s, round 1, 200 messages, a positive rate, no effect rows", i, s, v.id())
 		}
 		if !haveProc {
 			continue
 		}
 		m := s.Machine
-		if m == nil || (m.Store != nil) != (v.needs() != "") || !(m.BusyPct >= 0 && m.BusyPct <= 100) || m.Broker < 0 || m.Other < 0 {
+		if m == nil || (m.Store != nil) != (len(v.needs()) > 0) || !(m.BusyPct >= 0 && m.BusyPct <= 100) || m.Broker < 0 || m.Other < 0 {
 			t.Errorf("sample %d (%s): machine CPU %+v, want one with a store figure iff the variant uses a server, busy within 0–100%%", i, v.id(), m)
 		}
 	}
@@ -66,19 +85,113 @@ func TestE2E(t *testing.T) {
 	if err := rep.Markdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	if rows := strings.Count(md.String(), "\n| "); rows != len(allVariants)+1 {
-		t.Errorf("Markdown has %d table lines, want a header and %d rows:\n%s", rows, len(allVariants), md.String())
+	if rows := strings.Count(md.String(), "\n| "); rows != len(want)+1 {
+		t.Errorf("Markdown has %d table lines, want a header and %d rows:\n%s", rows, len(want), md.String())
 	}
 	if haveProc && !strings.Contains(md.String(), "| machine busy |") {
 		t.Errorf("Markdown has no machine columns:\n%s", md.String())
+	}
+	if strings.Contains(md.String(), "Effect check") {
+		t.Errorf("Markdown reports an effect check without effect variants:\n%s", md.String())
 	}
 	var js bytes.Buffer
 	if err := rep.JSON(&js); err != nil {
 		t.Fatal(err)
 	}
 	var back Report
-	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Rows) != len(allVariants) {
-		t.Errorf("JSON round trip: %v, %d rows, want %d", err, len(back.Rows), len(allVariants))
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Rows) != len(want) {
+		t.Errorf("JSON round trip: %v, %d rows, want %d", err, len(back.Rows), len(want))
+	}
+}
+
+// TestEffectBackends runs every effect variant once with a few messages
+// against the real brokers: the bare clients and msgaudit's audit, stores
+// and inboxes committing the same INSERT to PostgreSQL, MariaDB or an
+// SQLite file. Each run must leave exactly one row per message in its
+// effect table, and each row but the bare-effect ones a ratio to the bare
+// client with the same effect.
+func TestEffectBackends(t *testing.T) {
+	const msgs = 50
+	o := services(t)
+	o.Messages, o.Rounds, o.Timeout, o.Dir = msgs, 1, 30*time.Second, t.TempDir()
+	o.Variants = variantIDs(func(v variant) bool { return v.kind.effectDB() != "" })
+	var progress bytes.Buffer
+	o.Progress = &progress
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if want := len(o.Variants) + 3; len(rep.Samples) != want { // and the 3 bare clients
+		t.Fatalf("%d samples, want %d", len(rep.Samples), want)
+	}
+	kinds := map[string]kind{}
+	for _, v := range allVariants {
+		kinds[v.name] = v.kind
+	}
+	for _, s := range rep.Samples {
+		want := 0
+		if kinds[s.Variant].effectDB() != "" {
+			want = msgs
+		}
+		if s.EffectRows != want {
+			t.Errorf("%s/%s: %d effect rows, want %d", s.Broker, s.Variant, s.EffectRows, want)
+		}
+	}
+	for _, row := range rep.Rows {
+		k := kinds[row.Variant]
+		if hasRatio := k.effectDB() != "" && !k.isBareEffect(); hasRatio != (row.EffectRatio > 0) {
+			t.Errorf("%s/%s: EffectRatio %v, want one iff the variant is compared with a bare-effect client", row.Broker, row.Variant, row.EffectRatio)
+		}
+	}
+	var md bytes.Buffer
+	if err := rep.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("Effect check: after each of the %d runs of an effect variant", len(o.Variants)); !strings.Contains(md.String(), want) {
+		t.Errorf("Markdown lacks %q:\n%s", want, md.String())
+	}
+	if !strings.Contains(progress.String(), fmt.Sprintf("effect table: %d rows, %d distinct keys", msgs, msgs)) {
+		t.Errorf("progress does not report the effect check:\n%s", progress.String())
+	}
+}
+
+// TestEffectCheck checks the verification of an effect table on an SQLite
+// file: a missing row fails it, one row per key passes, and the primary
+// key refuses a second row of a key.
+func TestEffectCheck(t *testing.T) {
+	p, err := newPlan(Options{StompAddr: "s:1", AMQPURL: "amqp://a", NATSURL: "nats://n", Variants: []string{"stomp/bare-effect-sqlite"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Dir = t.TempDir()
+	ctx := context.Background()
+	fx, err := p.openEffect(ctx, "sqlite", p.names(p.variants[1], 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fx.close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, k := range []string{"a", "b"} {
+		if err := fx.exec(ctx, k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rows, err := fx.check(ctx, 3); err == nil || rows != 2 || !strings.Contains(err.Error(), "holds 2 rows with 2 distinct keys") {
+		t.Errorf("check with 2 of 3 rows: %d, %v; want 2 and an error", rows, err)
+	}
+	if err := fx.exec(ctx, "b", []byte("x")); err == nil {
+		t.Error("a second row of key b was inserted")
+	}
+	if err := fx.exec(ctx, "c", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := fx.check(ctx, 3); err != nil || rows != 3 {
+		t.Errorf("check with 3 rows: %d, %v", rows, err)
 	}
 }
 
@@ -312,6 +425,20 @@ func TestNewPlan(t *testing.T) {
 		}), []string{"nats/bare", "nats/audit", "nats/inbox-sqlite", "nats/bare-inbox-postgres", "nats/inbox-effect-mysql"}, ""},
 		{"no store on nats", with(func(o *Options) { o.Brokers = []string{NATS}; o.Variants = []string{"redis", "sqlite"} }),
 			nil, "none of the variants"},
+		{"stores with an effect on nats", with(func(o *Options) {
+			o.Brokers = []string{NATS}
+			o.Variants = []string{"redis-effect-postgres", "postgres-effect-postgres", "bare-effect-sqlite"}
+		}), []string{"nats/bare", "nats/redis-effect-postgres", "nats/postgres-effect-postgres", "nats/bare-effect-sqlite"}, ""},
+		{"effect on SQLite needs no server", with(func(o *Options) {
+			o.PostgresURL, o.RedisURL, o.MySQLURL = "", "", ""
+			o.Variants = []string{"amqp/inbox-effect-sqlite"}
+		}), []string{"amqp/bare", "amqp/inbox-effect-sqlite"}, ""},
+		{"missing PostgreSQL for an effect behind Redis", with(func(o *Options) { o.PostgresURL = ""; o.Variants = []string{"amqp/redis-effect-postgres"} }),
+			nil, "amqp/redis-effect-postgres needs PostgresURL"},
+		{"missing Redis for an effect behind Redis", with(func(o *Options) { o.RedisURL = ""; o.Variants = []string{"amqp/redis-effect-postgres"} }),
+			nil, "amqp/redis-effect-postgres needs RedisURL"},
+		{"missing PostgreSQL for the pgx inbox", with(func(o *Options) { o.PostgresURL = ""; o.Variants = []string{"nats/pgxinbox-effect-postgres"} }),
+			nil, "nats/pgxinbox-effect-postgres needs PostgresURL"},
 		{"missing NATS", with(func(o *Options) { o.NATSURL = "" }), nil, "nats/bare needs NATSURL"},
 		{"full name", with(func(o *Options) { o.Variants = []string{"amqp/inbox-sqlite"} }),
 			[]string{"amqp/bare", "amqp/inbox-sqlite"}, ""},
@@ -582,6 +709,12 @@ func TestSummarizeEffectRatio(t *testing.T) {
 		{Broker: AMQP, Variant: "bare", Round: 3, Rate: 8000},
 		{Broker: AMQP, Variant: "bare-effect-mysql", Round: 3, Rate: 2000},
 		{Broker: AMQP, Variant: "inbox-effect-mysql", Round: 3, Rate: 1000},
+		{Broker: AMQP, Variant: "bare-effect-postgres", Round: 1, Rate: 4000},
+		{Broker: AMQP, Variant: "redis-effect-postgres", Round: 1, Rate: 1000},
+		{Broker: AMQP, Variant: "pgxinbox-effect-postgres", Round: 1, Rate: 6000},
+		{Broker: AMQP, Variant: "bare-effect-sqlite", Round: 1, Rate: 500},
+		{Broker: AMQP, Variant: "inbox-effect-sqlite", Round: 1, Rate: 1000},
+		{Broker: AMQP, Variant: "inbox-effect-sqlite", Round: 2, Rate: 900}, // no bare-effect-sqlite in round 2
 	}}
 	r.summarize()
 	got := map[string]Row{}
@@ -591,8 +724,13 @@ func TestSummarizeEffectRatio(t *testing.T) {
 	if e := got["inbox-effect-mysql"].EffectRatio; e != 1.1 { // ratios 1.1, 1.5, 0.5
 		t.Errorf("EffectRatio %v, want the median 1.1", e)
 	}
-	if e := got["bare-effect-mysql"].EffectRatio; e != 0 {
-		t.Errorf("bare-effect-mysql EffectRatio %v, want 0", e)
+	for v, want := range map[string]float64{
+		"bare-effect-mysql": 0, "bare-effect-postgres": 0, "bare-effect-sqlite": 0, "bare": 0,
+		"redis-effect-postgres": 0.25, "pgxinbox-effect-postgres": 1.5, "inbox-effect-sqlite": 2,
+	} {
+		if e := got[v].EffectRatio; e != want {
+			t.Errorf("%s EffectRatio %v, want %v", v, e, want)
+		}
 	}
 	var md bytes.Buffer
 	if err := r.Markdown(&md); err != nil {

@@ -218,6 +218,28 @@ type server struct {
 	pids []int // the listeners; nil: attribute by comm
 }
 
+// servers are the servers of a variant's store, inbox and effect.
+type servers []*server
+
+// owns reports whether one of ss owns the process pid.
+func (ss servers) owns(s *procSnapshot, pid int, comm string) bool {
+	for _, sv := range ss {
+		if sv.owns(s, pid, comm) {
+			return true
+		}
+	}
+	return false
+}
+
+// pids returns the listeners of every server, nil when none was found.
+func (ss servers) pids() []int {
+	var out []int
+	for _, sv := range ss {
+		out = append(out, sv.pids...)
+	}
+	return out
+}
+
 // owns reports whether the process pid (named comm), in snapshot s, is the
 // server's: a listener, a descendant of one, or, by name, named comm.
 func (sv *server) owns(s *procSnapshot, pid int, comm string) bool {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,7 +187,7 @@ func TestMachineCPU(t *testing.T) {
 	)
 	s0, s1 := cpuStat{busy: 1000, total: 4000}, cpuStat{busy: 1600, total: 5000}
 	broker := &server{comm: "java", pids: []int{100}}
-	store := &server{comm: "postgres", pids: []int{200}}
+	store := servers{{comm: "postgres", pids: []int{200}}}
 	const msgs = 1000
 	us := func(ticks float64) float64 { return ticks * 1e6 / clockTicks / msgs } // ticks → µs per message
 	m := machineCPU(p0, p1, s0, s1, broker, store, self, msgs)
@@ -202,9 +203,14 @@ func TestMachineCPU(t *testing.T) {
 	}
 
 	// By name, every java and every postgres counts; no store, no figure.
-	m = machineCPU(p0, p1, s0, s1, &server{comm: "java"}, &server{comm: "postgres"}, self, msgs)
+	m = machineCPU(p0, p1, s0, s1, &server{comm: "java"}, servers{{comm: "postgres"}}, self, msgs)
 	if m.Broker != us(320) || *m.Store != us(10+150+25+1) || m.Other != us(8) {
 		t.Errorf("by name: broker %v, store %v, other %v; want %v, %v, %v", m.Broker, *m.Store, m.Other, us(320), us(186), us(8))
+	}
+	// Two servers (a store and an effect's database): both count.
+	m = machineCPU(p0, p1, s0, s1, broker, servers{store[0], {comm: "postgres", pids: []int{700}}}, self, msgs)
+	if *m.Store != us(10+150+25+1) || m.Other != us(20+8) || !slices.Equal(m.StorePIDs, []int{200, 700}) {
+		t.Errorf("two servers: store %v, other %v, pids %v; want %v, %v, [200 700]", *m.Store, m.Other, m.StorePIDs, us(186), us(28))
 	}
 	m = machineCPU(p0, p1, s0, s1, broker, nil, self, msgs)
 	if m.Store != nil || m.Other != us(20+8+10+150+25+1) {

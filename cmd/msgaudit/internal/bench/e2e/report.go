@@ -72,9 +72,12 @@ type Row struct {
 	// MachineCPU (Store over the rounds that have it); nil when no sample
 	// has one.
 	Machine *MachineCPU `json:"machine_cpu,omitempty"`
-	// EffectRatio, for the inbox-effect and bare-inbox variants, is the median over the
+	// EffectRatio, for the effect variants other than bare-effect-* (the
+	// bare client with a hand-written inbox row, and msgaudit's audit,
+	// stores and inboxes with the same INSERT), is the median over the
 	// rounds of the rate divided by that of the bare client committing the
-	// same effect to the same database in the same round (0 otherwise).
+	// same effect to the same database (bare-effect-<db>) in the same
+	// round; 0 otherwise.
 	EffectRatio float64 `json:"ratio_to_bare_effect,omitempty"`
 	// P50Millis and P99Millis are, in latency mode, the medians over the
 	// rounds of the samples' P50Millis and P99Millis.
@@ -192,7 +195,7 @@ func (r *Report) summarize() {
 			if b := bareRate[key{s.Broker, s.Round}]; b > 0 {
 				ratios = append(ratios, s.Rate/b)
 			}
-			if db, ok := cutEither(s.Variant, "inbox-effect-", "bare-inbox-"); ok {
+			if db := v.kind.effectDB(); db != "" && !v.kind.isBareEffect() {
 				if b := effectRate[key{s.Broker, s.Round}][db]; b > 0 {
 					effectRatios = append(effectRatios, s.Rate/b)
 				}
@@ -250,14 +253,6 @@ func medianOrZero(xs []float64) float64 {
 		return 0
 	}
 	return median(xs)
-}
-
-// cutEither is strings.CutPrefix with the first of two prefixes s has.
-func cutEither(s, a, b string) (string, bool) {
-	if rest, ok := strings.CutPrefix(s, a); ok {
-		return rest, true
-	}
-	return strings.CutPrefix(s, b)
 }
 
 // medianMachine returns the median of each field of ms but the per-sample
@@ -331,6 +326,18 @@ func variantTitle(b, v string) string {
 		return "bare client + the same INSERT and a hand-written inbox row in one MariaDB transaction (Concurrency workers, ack after the commit)"
 	case "inbox-effect-mysql":
 		return "msgaudit, inbox on MariaDB + the same INSERT in its transaction"
+	case "audit-effect-postgres":
+		return "msgaudit, audit only (no store) + the same INSERT into PostgreSQL (autocommit)"
+	case "redis-effect-postgres":
+		return "msgaudit, Redis store + the same INSERT into PostgreSQL (autocommit)"
+	case "postgres-effect-postgres":
+		return "msgaudit, PostgreSQL store + the same INSERT into PostgreSQL (autocommit)"
+	case "pgxinbox-effect-postgres":
+		return "msgaudit, pgx inbox (inbox/pgxinbox) on PostgreSQL + the same INSERT in its transaction"
+	case "bare-effect-sqlite":
+		return "bare client + INSERT into an SQLite file, synchronous=FULL (autocommit, Concurrency workers, ack after the commit)"
+	case "inbox-effect-sqlite":
+		return "msgaudit, inbox on SQLite, synchronous=FULL + the same INSERT in its transaction"
 	}
 	return v
 }
@@ -396,6 +403,9 @@ func (r *Report) Markdown(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
+	if checked := r.effectChecked(); checked > 0 {
+		fmt.Fprintf(&b, "\nEffect check: after each of the %d runs of an effect variant, its table held exactly one row per message (COUNT(*) and COUNT(DISTINCT key) both %d; the key is the primary key); a run that loses or repeats an effect fails.\n", checked, r.Messages)
+	}
 	if slices.ContainsFunc(r.Rows, func(row Row) bool { return row.Tail != nil }) {
 		b.WriteString("\nWhere msgaudit's slowest 1 % waited, in ms (medians): arrive is send to the start of Process (broker, network, the consumer's buffers); select the selectors' decision (the inbox's wait for a lane, its BEGIN or SAVEPOINT and INSERT; a store's claim); handler the wait for a handler slot and the handler; settle the inbox member's wait for its batch's COMMIT, or a store's confirm.\n\n")
 		b.WriteString("| Broker | Variant | p99 ms | arrive | select | handler | settle |\n|---|---|---:|---:|---:|---:|---:|\n")
@@ -408,6 +418,17 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// effectChecked is the number of samples whose effect table was checked.
+func (r *Report) effectChecked() int {
+	n := 0
+	for _, s := range r.Samples {
+		if s.EffectRows > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // JSON writes the whole report, samples included, as indented JSON.
