@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/acemq/msgaudit v0.0.0
+	github.com/acemq/msgaudit/promexport v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
 	go.opentelemetry.io/otel v1.47.0
@@ -33,3 +34,5 @@ require (
 )
 
 replace github.com/acemq/msgaudit => ..
+
+replace github.com/acemq/msgaudit/promexport => ../promexport

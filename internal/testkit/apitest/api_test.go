@@ -131,7 +131,7 @@ func diff(old, new []string) string {
 
 // libraryModules are the nested modules that are part of the library's
 // public API (their module path is the library's plus their directory).
-var libraryModules = map[string]bool{"oteltrace": true, "otelmetric": true}
+var libraryModules = map[string]bool{"oteltrace": true, "otelmetric": true, "promexport": true}
 
 // moduleAPI returns the API lines of every public package under root,
 // keyed by the package's directory relative to root. Public means: not

@@ -70,10 +70,11 @@ var layers = map[string]float64{
 	"idempotency/sqlitestore":       5, "idempotency/redisstore": 5, "idempotency/pgstore": 5, "idempotency/mysqlstore": 5,
 	"metadata/sqlitemeta": 5, "metadata/redismeta": 5, "metadata/pgmeta": 5, "metadata/mysqlmeta": 5,
 	"inbox/pgxinbox": 5,
-	// Exporters: the pipeline's counters and the transports' counters as
-	// plain structs, so below the transports; the tracing module
-	// (oteltrace/go.mod), a receiver.Observer; and the metrics module
-	// (otelmetric/go.mod), the same metrics as promexport.
+	// Exporters, modules of their own: the Prometheus collectors
+	// (promexport/go.mod) read the pipeline's counters and the transports'
+	// counters as plain structs, so below the transports; the tracing
+	// module (oteltrace/go.mod), a receiver.Observer; and the metrics
+	// module (otelmetric/go.mod), the same metrics as promexport.
 	"promexport": 3.5, "oteltrace": 3.5, "otelmetric": 3.5,
 	// Transports.
 	"stompconsumer": 6, "rabbitconsumer": 6, "natsconsumer": 6,
@@ -280,9 +281,14 @@ var toolOnly = []string{"gonum.org/", "github.com/schollz/progressbar", "golang.
 // otelmetric) may require.
 var tracingOnly = []string{"go.opentelemetry.io/"}
 
+// prometheusOnly are modules only the exporters' modules (promexport, and
+// otelmetric for its OpenTelemetry-to-Prometheus bridge) may require.
+var prometheusOnly = []string{"github.com/prometheus/"}
+
 // TestLibraryRequiresNoToolDependency: the library's go.mod requires none
-// of the tools' dependencies and no OpenTelemetry module, so a program
-// that imports the library never has them in its module graph.
+// of the tools' dependencies, no OpenTelemetry module and no Prometheus
+// module (directly or indirectly, tests included), so a program that
+// imports the library never has them in its module graph.
 func TestLibraryRequiresNoToolDependency(t *testing.T) {
 	gomod, err := os.ReadFile("../../../go.mod")
 	if err != nil {
@@ -297,6 +303,48 @@ func TestLibraryRequiresNoToolDependency(t *testing.T) {
 		for _, m := range tracingOnly {
 			if strings.Contains(line, m) {
 				t.Errorf("the library's go.mod requires an OpenTelemetry module: %s (it belongs in oteltrace/go.mod or otelmetric/go.mod)", strings.TrimSpace(line))
+			}
+		}
+		for _, m := range prometheusOnly {
+			if strings.Contains(line, m) {
+				t.Errorf("the library's go.mod requires a Prometheus module: %s (it belongs in promexport/go.mod)", strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
+// TestLibraryLinksNoPrometheus: no package of the library's module (./...
+// stops at the nested modules) links a Prometheus module; the collectors
+// are in the promexport module.
+func TestLibraryLinksNoPrometheus(t *testing.T) {
+	pkgs := list(t, "./...")
+	var roots []string
+	for path, p := range pkgs {
+		if p.Module != nil && p.Module.Path == module {
+			roots = append(roots, path)
+		}
+	}
+	if len(roots) == 0 {
+		t.Fatal("go list reported no package of the library's module")
+	}
+	sort.Strings(roots)
+	linked := false // one chain is enough to find the culprit
+	for path, p := range pkgs {
+		if p.Module != nil && p.Module.Path != module {
+			if p.Module.Path == module+"/promexport" {
+				t.Errorf("the library's module imports package %s of the promexport module", path)
+			}
+		}
+		for _, h := range prometheusOnly {
+			if linked || !strings.HasPrefix(path, h) {
+				continue
+			}
+			for _, r := range roots {
+				if c := chain(pkgs, r, path); c != "" {
+					t.Errorf("the library's module links %s: %s", path, c)
+					linked = true
+					break
+				}
 			}
 		}
 	}
