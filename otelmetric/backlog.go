@@ -3,6 +3,7 @@ package otelmetric
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,10 +40,7 @@ func backlog(meter metric.Meter, sample func(context.Context) (idempotency.Backl
 		return nil, errors.New("otelmetric: Backlog needs a meter and a sample function")
 	}
 	in := instruments{meter: meter}
-	held := in.intGauge(metricnames.BacklogHeld)
-	oldestHeld := in.floatGauge(metricnames.BacklogOldestHeld)
-	rows := in.intGauge(metricnames.BacklogRows)
-	oldestRow := in.floatGauge(metricnames.BacklogOldestRow)
+	obs := slices.Concat(gauges(&in, metricnames.BacklogGauges), secondsGauges(&in, metricnames.BacklogSecondsGauges))
 	m := metricnames.BacklogSampleErrors
 	errs := in.intCounter(m.Name, m.Help, m.Unit)
 	if in.err != nil {
@@ -53,10 +51,7 @@ func backlog(meter metric.Meter, sample func(context.Context) (idempotency.Backl
 	return meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		b, good, failed := s.read(ctx)
 		if good {
-			o.ObserveInt64(held, b.Held, attrs)
-			o.ObserveFloat64(oldestHeld, b.OldestHeld.Seconds(), attrs)
-			o.ObserveInt64(rows, b.Rows, attrs)
-			o.ObserveFloat64(oldestRow, b.OldestRow.Seconds(), attrs)
+			observe(o, obs, b, attrs)
 		}
 		o.ObserveInt64(errs, toInt64(failed), attrs)
 		return nil

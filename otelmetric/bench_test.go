@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/acemq/msgaudit/internal/testkit/metricfixture"
 	"github.com/acemq/msgaudit/otelmetric"
 	"github.com/acemq/msgaudit/promexport"
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,10 +21,10 @@ func BenchmarkCollect(b *testing.B) {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
 		defer func() { _ = mp.Shutdown(context.Background()) }()
 		meter := mp.Meter("bench")
-		if _, err := otelmetric.Receiver(meter, knownSnapshot, "stomp"); err != nil {
+		if _, err := otelmetric.Receiver(meter, metricfixture.Snapshot, "stomp"); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := otelmetric.Transport(meter, knownStats, "stomp"); err != nil {
+		if _, err := otelmetric.Transport(meter, metricfixture.Stats, "stomp"); err != nil {
 			b.Fatal(err)
 		}
 		var rm metricdata.ResourceMetrics
@@ -36,7 +37,7 @@ func BenchmarkCollect(b *testing.B) {
 	})
 	b.Run("exporter=prometheus", func(b *testing.B) {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(promexport.Receiver(knownSnapshot, "stomp"), promexport.Transport(knownStats, "stomp"))
+		reg.MustRegister(promexport.Receiver(metricfixture.Snapshot, "stomp"), promexport.Transport(metricfixture.Stats, "stomp"))
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := reg.Gather(); err != nil {

@@ -3,6 +3,7 @@ package otelmetric
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/acemq/msgaudit/internal/metricnames"
 	"github.com/acemq/msgaudit/receiver"
@@ -22,84 +23,33 @@ func Receiver(meter metric.Meter, snapshot func() receiver.Snapshot, transport s
 		return nil, errors.New("otelmetric: Receiver needs a meter and a snapshot function")
 	}
 	in := instruments{meter: meter}
-	type counter struct {
-		inst  metric.Int64ObservableCounter
-		read  func(receiver.Snapshot) uint64
-		audit bool // observed only when an audit reports to the Metrics
-	}
-	var counters []counter
-	add := func(m metricnames.Metric, read func(receiver.Snapshot) uint64) {
-		counters = append(counters, counter{inst: in.intCounter(m.Name, m.Help, m.Unit), read: read})
-	}
-	type s = receiver.Snapshot
-	add(metricnames.ReceiverDelivered, func(s s) uint64 { return s.Delivered })
-	add(metricnames.ReceiverRedelivered, func(s s) uint64 { return s.Redelivered })
-	add(metricnames.ReceiverProcessed, func(s s) uint64 { return s.Processed })
-	add(metricnames.ReceiverRetries, func(s s) uint64 { return s.Retries })
-	add(metricnames.ReceiverDeadLettered, func(s s) uint64 { return s.DeadLettered })
-	add(metricnames.ReceiverHandlerErrors, func(s s) uint64 { return s.HandlerErrors })
-	add(metricnames.ReceiverPanics, func(s s) uint64 { return s.Panics })
-	add(metricnames.ReceiverReconnects, func(s s) uint64 { return s.Reconnects })
-	add(metricnames.ReceiverMissingKeys, func(s s) uint64 { return s.MissingKeys })
-	add(metricnames.ReceiverTooOldFailOpen, func(s s) uint64 { return s.TooOldFailOpen })
-	add(metricnames.ReceiverAuditBypass, func(s s) uint64 { return s.AuditBypass })
-	add(metricnames.ReceiverStoreErrors, func(s s) uint64 { return s.StoreErrors })
-	add(metricnames.ReceiverSettleErrors, func(s s) uint64 { return s.SettleErrors })
-	add(metricnames.ReceiverForgotten, func(s s) uint64 { return s.Forgotten })
-	auditFrom := len(counters)
-	add(metricnames.ReceiverAuditEvictions, func(s s) uint64 { return s.Audit.Evictions })
-	add(metricnames.ReceiverAuditRecentEvictions, func(s s) uint64 { return s.Audit.RecentEvictions })
-	add(metricnames.ReceiverAuditDestinationEvictions, func(s s) uint64 { return s.Audit.AuditEvictions })
-	add(metricnames.ReceiverAuditMalformed, func(s s) uint64 { return s.Audit.Malformed })
-	add(metricnames.ReceiverAuditTooLong, func(s s) uint64 { return s.Audit.TooLong })
-	add(metricnames.ReceiverAuditTooOld, func(s s) uint64 { return s.Audit.TooOld })
-	for i := auditFrom; i < len(counters); i++ {
-		counters[i].audit = true
-	}
-	type gauge struct {
-		inst metric.Int64ObservableGauge
-		read func(receiver.Snapshot) int
-	}
-	auditGauges := []gauge{
-		{in.intGauge(metricnames.ReceiverAuditProducers), func(s s) int { return s.Audit.Producers }},
-		{in.intGauge(metricnames.ReceiverAuditQueues), func(s s) int { return s.Audit.Queues }},
-		{in.intGauge(metricnames.ReceiverAuditTopics), func(s s) int { return s.Audit.Topics }},
-	}
+	always := slices.Concat(counters(&in, metricnames.ReceiverCounters),
+		gauges(&in, metricnames.ReceiverGauges), secondsGauges(&in, metricnames.ReceiverSecondsGauges))
+	audit := slices.Concat(counters(&in, metricnames.ReceiverAuditCounters), gauges(&in, metricnames.ReceiverAuditGauges))
 	m := metricnames.ReceiverDuplicates
 	dup := in.intCounter(m.Name, m.Help, m.Unit)
 	m = metricnames.ReceiverStoreLatency
 	latSum := in.floatCounter(m.Name+"_sum", "Sum of the latencies of idempotency store calls (the sum of the Prometheus histogram).", m.Unit)
 	latCount := in.intCounter(m.Name+"_count", "Idempotency store calls (the count of the Prometheus histogram).", "{call}")
-	inFlight := in.intGauge(metricnames.ReceiverInFlight)
-	oldest := in.floatGauge(metricnames.ReceiverOldestInFlight)
 	if in.err != nil {
 		return nil, in.err
 	}
 
 	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String(metricnames.LabelTransport, transport)))
-	reason := func(r string) metric.ObserveOption {
-		return metric.WithAttributeSet(attribute.NewSet(attribute.String(metricnames.LabelTransport, transport),
-			attribute.String(metricnames.LabelReason, r)))
+	reasons := make([]metric.ObserveOption, len(metricnames.ReceiverDuplicateReasons))
+	for i, r := range metricnames.ReceiverDuplicateReasons {
+		reasons[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String(metricnames.LabelTransport, transport),
+			attribute.String(metricnames.LabelReason, r.Value)))
 	}
-	dupAudit, dupStore, dupInFlight, dupOther := reason("audit"), reason("store"), reason("in-flight"), reason("other")
 	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := snapshot()
-		for _, c := range counters {
-			if !c.audit || s.Audited {
-				o.ObserveInt64(c.inst, toInt64(c.read(s)), attrs)
-			}
-		}
+		observe(o, always, s, attrs)
 		if s.Audited {
-			for _, g := range auditGauges {
-				o.ObserveInt64(g.inst, int64(g.read(s)), attrs)
-			}
+			observe(o, audit, s, attrs)
 		}
-		o.ObserveInt64(inFlight, int64(s.InFlight), attrs)
-		o.ObserveFloat64(oldest, s.OldestInFlight.Seconds(), attrs)
-		o.ObserveInt64(dup, toInt64(s.DuplicatesAudit), dupAudit)
-		o.ObserveInt64(dup, toInt64(s.DuplicatesStore), dupStore)
-		o.ObserveInt64(dup, toInt64(s.DuplicatesInFlight), dupInFlight)
-		o.ObserveInt64(dup, toInt64(s.DuplicatesOther), dupOther)
+		for i, r := range metricnames.ReceiverDuplicateReasons {
+			o.ObserveInt64(dup, toInt64(r.Read(s)), reasons[i])
+		}
 		o.ObserveFloat64(latSum, s.StoreLatency.Seconds(), attrs)
 		o.ObserveInt64(latCount, toInt64(s.StoreCalls), attrs)
 		return nil
@@ -117,38 +67,13 @@ func Transport(meter metric.Meter, stats func() receiver.TransportStats, transpo
 		return nil, errors.New("otelmetric: Transport needs a meter and a stats function")
 	}
 	in := instruments{meter: meter}
-	type counter struct {
-		inst metric.Int64ObservableCounter
-		read func(receiver.TransportStats) uint64
-	}
-	var counters []counter
-	add := func(m metricnames.Metric, read func(receiver.TransportStats) uint64) {
-		counters = append(counters, counter{in.intCounter(m.Name, m.Help, m.Unit), read})
-	}
-	type s = receiver.TransportStats
-	add(metricnames.TransportConnects, func(s s) uint64 { return s.Connects })
-	add(metricnames.TransportReconnects, func(s s) uint64 { return s.Reconnects })
-	add(metricnames.TransportConnectErrors, func(s s) uint64 { return s.ConnectErrors })
-	add(metricnames.TransportLost, func(s s) uint64 { return s.Lost })
-	add(metricnames.TransportAcks, func(s s) uint64 { return s.Acks })
-	add(metricnames.TransportRequeues, func(s s) uint64 { return s.Requeues })
-	add(metricnames.TransportRetryCopies, func(s s) uint64 { return s.RetriesSent })
-	add(metricnames.TransportLocalRetries, func(s s) uint64 { return s.LocalRetries })
-	add(metricnames.TransportDeadLetterCopies, func(s s) uint64 { return s.DeadLetters })
-	add(metricnames.TransportDeadLetterErrors, func(s s) uint64 { return s.DeadLetterErrors })
-	add(metricnames.TransportOversized, func(s s) uint64 { return s.Oversized })
-	add(metricnames.TransportDropped, func(s s) uint64 { return s.Dropped })
-	add(metricnames.TransportStaleAcks, func(s s) uint64 { return s.StaleAcks })
-	add(metricnames.TransportAckErrors, func(s s) uint64 { return s.AckErrors })
+	obs := counters(&in, metricnames.TransportCounters)
 	if in.err != nil {
 		return nil, in.err
 	}
 	attrs := metric.WithAttributeSet(attribute.NewSet(attribute.String(metricnames.LabelTransport, transport)))
 	return meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		st := stats()
-		for _, c := range counters {
-			o.ObserveInt64(c.inst, toInt64(c.read(st)), attrs)
-		}
+		observe(o, obs, stats(), attrs)
 		return nil
 	}, in.all...)
 }
@@ -188,6 +113,58 @@ func (in *instruments) floatGauge(m metricnames.Metric) metric.Float64Observable
 	g, err := in.meter.Float64ObservableGauge(m.Name, metric.WithDescription(m.Help), metric.WithUnit(m.Unit))
 	in.keep(g, err)
 	return g
+}
+
+// observer observes one instrument, reading a T.
+type observer[T any] func(o metric.Observer, t T, attrs metric.ObserveOption)
+
+// observe runs every observer of obs on t.
+func observe[T any](o metric.Observer, obs []observer[T], t T, attrs metric.ObserveOption) {
+	for _, ob := range obs {
+		ob(o, t, attrs)
+	}
+}
+
+// each returns the observer newObserver makes of every entry of table.
+func each[T, E any](table []E, newObserver func(E) observer[T]) []observer[T] {
+	obs := make([]observer[T], len(table))
+	for i, e := range table {
+		obs[i] = newObserver(e)
+	}
+	return obs
+}
+
+// counters creates the instruments of a counter table and returns their
+// observers.
+func counters[T any](in *instruments, table []metricnames.CounterOf[T]) []observer[T] {
+	return each(table, func(m metricnames.CounterOf[T]) observer[T] {
+		c := in.intCounter(m.Name, m.Help, m.Unit)
+		return func(o metric.Observer, t T, attrs metric.ObserveOption) {
+			o.ObserveInt64(c, toInt64(m.Read(t)), attrs)
+		}
+	})
+}
+
+// gauges creates the int64 gauges of a gauge table and returns their
+// observers.
+func gauges[T any](in *instruments, table []metricnames.GaugeOf[T]) []observer[T] {
+	return each(table, func(m metricnames.GaugeOf[T]) observer[T] {
+		g := in.intGauge(m.Metric)
+		return func(o metric.Observer, t T, attrs metric.ObserveOption) {
+			o.ObserveInt64(g, m.Read(t), attrs)
+		}
+	})
+}
+
+// secondsGauges creates the float64 gauges of a table of gauges in
+// seconds and returns their observers.
+func secondsGauges[T any](in *instruments, table []metricnames.SecondsGaugeOf[T]) []observer[T] {
+	return each(table, func(m metricnames.SecondsGaugeOf[T]) observer[T] {
+		g := in.floatGauge(m.Metric)
+		return func(o metric.Observer, t T, attrs metric.ObserveOption) {
+			o.ObserveFloat64(g, m.Read(t).Seconds(), attrs)
+		}
+	})
 }
 
 // toInt64 converts a counter, saturating at the largest int64 (a counter

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/acemq/msgaudit/internal/metricnames"
+	"github.com/acemq/msgaudit/internal/testkit/metricfixture"
 	"github.com/acemq/msgaudit/otelmetric"
 	"github.com/acemq/msgaudit/receiver"
 )
@@ -49,7 +50,7 @@ func check(t *testing.T, got map[string]instrument, wants []want) {
 func TestReceiver(t *testing.T) {
 	t.Parallel()
 	r, mp := newReader(t)
-	if _, err := otelmetric.Receiver(mp.Meter("test"), knownSnapshot, "stomp"); err != nil {
+	if _, err := otelmetric.Receiver(mp.Meter("test"), metricfixture.Snapshot, "stomp"); err != nil {
 		t.Fatal(err)
 	}
 	got := collect(t, r)
@@ -95,7 +96,7 @@ func TestReceiver(t *testing.T) {
 func TestReceiverUnaudited(t *testing.T) {
 	t.Parallel()
 	r, mp := newReader(t)
-	snap := func() receiver.Snapshot { s := knownSnapshot(); s.Audited = false; return s }
+	snap := func() receiver.Snapshot { s := metricfixture.Snapshot(); s.Audited = false; return s }
 	if _, err := otelmetric.Receiver(mp.Meter("test"), snap, "amqp"); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestReceiverUnaudited(t *testing.T) {
 func TestTransport(t *testing.T) {
 	t.Parallel()
 	r, mp := newReader(t)
-	if _, err := otelmetric.Transport(mp.Meter("test"), knownStats, "amqp"); err != nil {
+	if _, err := otelmetric.Transport(mp.Meter("test"), metricfixture.Stats, "amqp"); err != nil {
 		t.Fatal(err)
 	}
 	got := collect(t, r)
@@ -141,12 +142,12 @@ func TestUnregister(t *testing.T) {
 	meter := mp.Meter("test")
 	var snaps, stats, samples atomic.Int64
 	regs := make([]interface{ Unregister() error }, 0, 3)
-	reg, err := otelmetric.Receiver(meter, func() receiver.Snapshot { snaps.Add(1); return knownSnapshot() }, "stomp")
+	reg, err := otelmetric.Receiver(meter, func() receiver.Snapshot { snaps.Add(1); return metricfixture.Snapshot() }, "stomp")
 	if err != nil {
 		t.Fatal(err)
 	}
 	regs = append(regs, reg)
-	reg, err = otelmetric.Transport(meter, func() receiver.TransportStats { stats.Add(1); return knownStats() }, "stomp")
+	reg, err = otelmetric.Transport(meter, func() receiver.TransportStats { stats.Add(1); return metricfixture.Stats() }, "stomp")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestNilArguments(t *testing.T) {
 	if _, err := otelmetric.Receiver(meter, nil, "x"); err == nil {
 		t.Error("Receiver with a nil snapshot: no error")
 	}
-	if _, err := otelmetric.Transport(nil, knownStats, "x"); err == nil {
+	if _, err := otelmetric.Transport(nil, metricfixture.Stats, "x"); err == nil {
 		t.Error("Transport with a nil meter: no error")
 	}
 	if _, err := otelmetric.Backlog(meter, nil, "x"); err == nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/acemq/msgaudit/internal/metricnames"
+	"github.com/acemq/msgaudit/internal/testkit/metricfixture"
 	"github.com/acemq/msgaudit/otelmetric"
 	"github.com/acemq/msgaudit/promexport"
 	"github.com/acemq/msgaudit/receiver"
@@ -27,7 +28,7 @@ var storeLatency = metricnames.ReceiverStoreLatency.Name
 func TestSameNamesAsPrometheus(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(promexport.Receiver(knownSnapshot, "stomp"), promexport.Transport(knownStats, "stomp"))
+	reg.MustRegister(promexport.Receiver(metricfixture.Snapshot, "stomp"), promexport.Transport(metricfixture.Stats, "stomp"))
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -41,10 +42,10 @@ func TestSameNamesAsPrometheus(t *testing.T) {
 	}
 	r, mp := newReader(t)
 	meter := mp.Meter("test")
-	if _, err := otelmetric.Receiver(meter, knownSnapshot, "stomp"); err != nil {
+	if _, err := otelmetric.Receiver(meter, metricfixture.Snapshot, "stomp"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := otelmetric.Transport(meter, knownStats, "stomp"); err != nil {
+	if _, err := otelmetric.Transport(meter, metricfixture.Stats, "stomp"); err != nil {
 		t.Fatal(err)
 	}
 	for name := range collect(t, r) {
@@ -119,9 +120,9 @@ func textOf(t *testing.T, g prometheus.Gatherer) map[string]string {
 // _count_total (see the package doc).
 func TestPrometheusExporterSameSeries(t *testing.T) {
 	t.Parallel()
-	snap := func() receiver.Snapshot { return knownSnapshot() }
+	snap := func() receiver.Snapshot { return metricfixture.Snapshot() }
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(promexport.Receiver(snap, "stomp"), promexport.Transport(knownStats, "stomp"),
+	reg.MustRegister(promexport.Receiver(snap, "stomp"), promexport.Transport(metricfixture.Stats, "stomp"),
 		promexport.Backlog(countingSample(new(atomic.Int64)), "pg"))
 	want := textOf(t, reg)
 
@@ -136,7 +137,7 @@ func TestPrometheusExporterSameSeries(t *testing.T) {
 	if _, err := otelmetric.Receiver(meter, snap, "stomp"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := otelmetric.Transport(meter, knownStats, "stomp"); err != nil {
+	if _, err := otelmetric.Transport(meter, metricfixture.Stats, "stomp"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := otelmetric.Backlog(meter, countingSample(new(atomic.Int64)), "pg"); err != nil {

@@ -2,6 +2,7 @@ package promexport
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,15 +36,13 @@ const (
 // values may be registered in one registry.
 func Backlog(sample func(context.Context) (idempotency.Backlog, error), store string) prometheus.Collector {
 	return &backlogCollector{
-		sample:     sample,
-		ttl:        backlogTTL,
-		timeout:    backlogTimeout,
-		now:        time.Now,
-		held:       newDesc(metricnames.BacklogHeld, store),
-		oldestHeld: newDesc(metricnames.BacklogOldestHeld, store),
-		rows:       newDesc(metricnames.BacklogRows, store),
-		oldestRow:  newDesc(metricnames.BacklogOldestRow, store),
-		errors:     newDesc(metricnames.BacklogSampleErrors, store),
+		sample:  sample,
+		ttl:     backlogTTL,
+		timeout: backlogTimeout,
+		now:     time.Now,
+		gauges: slices.Concat(gauges(metricnames.BacklogGauges, store),
+			secondsGauges(metricnames.BacklogSecondsGauges, store)),
+		errors: newDesc(metricnames.BacklogSampleErrors, store),
 	}
 }
 
@@ -52,7 +51,8 @@ type backlogCollector struct {
 	ttl, timeout time.Duration
 	now          func() time.Time
 
-	held, oldestHeld, rows, oldestRow, errors *prometheus.Desc
+	gauges []series[idempotency.Backlog]
+	errors *prometheus.Desc
 
 	mu      sync.Mutex // held while sampling: concurrent scrapes wait and reuse
 	sampled time.Time  // when the last sample, good or failed, was taken
@@ -63,10 +63,7 @@ type backlogCollector struct {
 }
 
 func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.held
-	ch <- c.oldestHeld
-	ch <- c.rows
-	ch <- c.oldestRow
+	describe(ch, c.gauges)
 	ch <- c.errors
 }
 
@@ -92,11 +89,7 @@ func (c *backlogCollector) current() (b idempotency.Backlog, good bool, errs uin
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
 	b, good, errs := c.current()
 	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(errs))
-	if !good {
-		return
+	if good {
+		collect(ch, c.gauges, b)
 	}
-	ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(b.Held))
-	ch <- prometheus.MustNewConstMetric(c.oldestHeld, prometheus.GaugeValue, b.OldestHeld.Seconds())
-	ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(b.Rows))
-	ch <- prometheus.MustNewConstMetric(c.oldestRow, prometheus.GaugeValue, b.OldestRow.Seconds())
 }

@@ -9,46 +9,18 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/metricnames"
+	"github.com/acemq/msgaudit/internal/testkit/metricfixture"
 	"github.com/acemq/msgaudit/promexport"
 	"github.com/acemq/msgaudit/receiver"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.prom from the collectors")
-
-// knownSnapshot has every field set, each to a value of its own, so that
-// a counter read from the wrong field shows in the scrape.
-func knownSnapshot() receiver.Snapshot {
-	s := receiver.Snapshot{
-		Delivered: 1, Redelivered: 2, Processed: 3,
-		DuplicatesAudit: 4, DuplicatesStore: 5, DuplicatesInFlight: 6, DuplicatesOther: 7,
-		Retries: 8, DeadLettered: 9, HandlerErrors: 10, Panics: 11, Reconnects: 12,
-		MissingKeys: 13, TooOldFailOpen: 14, AuditBypass: 15,
-		StoreErrors: 16, SettleErrors: 17, Forgotten: 18,
-		StoreCalls: 78, StoreLatency: 1500 * time.Millisecond,
-		StoreBuckets: []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
-		Audited:      true,
-		Audit:        connaudit.Stats{AuditEvictions: 21, Queues: 26, Topics: 27},
-		InFlight:     28, OldestInFlight: 2500 * time.Millisecond,
-	}
-	s.Audit.Evictions, s.Audit.RecentEvictions = 19, 20
-	s.Audit.Malformed, s.Audit.TooLong, s.Audit.TooOld, s.Audit.Producers = 22, 23, 24, 25
-	return s
-}
-
-// knownStats has every counter set, each to a value of its own.
-func knownStats() receiver.TransportStats {
-	return receiver.TransportStats{Connects: 1, Reconnects: 2, ConnectErrors: 3, Lost: 4, Acks: 5,
-		Requeues: 6, RetriesSent: 7, LocalRetries: 8, DeadLetters: 9, DeadLetterErrors: 10,
-		Oversized: 11, Dropped: 12, StaleAcks: 13, AckErrors: 14, Generation: 15}
-}
 
 // scrapeText gathers reg into the Prometheus text format, as a scrape
 // endpoint serves it.
@@ -77,13 +49,13 @@ func TestScrapeText(t *testing.T) {
 		file string
 		c    prometheus.Collector
 	}{
-		{"receiver.prom", promexport.Receiver(knownSnapshot, "stomp")},
+		{"receiver.prom", promexport.Receiver(metricfixture.Snapshot, "stomp")},
 		{"receiver_unaudited.prom", promexport.Receiver(func() receiver.Snapshot {
-			s := knownSnapshot()
+			s := metricfixture.Snapshot()
 			s.Audited = false
 			return s
 		}, "amqp")},
-		{"transport.prom", promexport.Transport(knownStats, "stomp")},
+		{"transport.prom", promexport.Transport(metricfixture.Stats, "stomp")},
 	}
 	for _, c := range cases {
 		reg := prometheus.NewPedanticRegistry()
@@ -112,7 +84,7 @@ func TestScrapeText(t *testing.T) {
 func TestNamesFromTable(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(promexport.Receiver(knownSnapshot, "stomp"), promexport.Transport(knownStats, "stomp"),
+	reg.MustRegister(promexport.Receiver(metricfixture.Snapshot, "stomp"), promexport.Transport(metricfixture.Stats, "stomp"),
 		promexport.Backlog(func(context.Context) (idempotency.Backlog, error) { return idempotency.Backlog{Held: 1}, nil }, "pg"))
 	families, err := reg.Gather()
 	if err != nil {

@@ -23,47 +23,18 @@ import (
 // not exported. Several collectors with different transport values may be
 // registered in one registry.
 func Transport(stats func() receiver.TransportStats, transport string) prometheus.Collector {
-	col := &statsCollector{stats: stats}
-	add := func(m metricnames.Metric, read func(receiver.TransportStats) uint64) {
-		col.descs = append(col.descs, statDesc{newDesc(m, transport), read})
-	}
-	type s = receiver.TransportStats
-	add(metricnames.TransportConnects, func(s s) uint64 { return s.Connects })
-	add(metricnames.TransportReconnects, func(s s) uint64 { return s.Reconnects })
-	add(metricnames.TransportConnectErrors, func(s s) uint64 { return s.ConnectErrors })
-	add(metricnames.TransportLost, func(s s) uint64 { return s.Lost })
-	add(metricnames.TransportAcks, func(s s) uint64 { return s.Acks })
-	add(metricnames.TransportRequeues, func(s s) uint64 { return s.Requeues })
-	add(metricnames.TransportRetryCopies, func(s s) uint64 { return s.RetriesSent })
-	add(metricnames.TransportLocalRetries, func(s s) uint64 { return s.LocalRetries })
-	add(metricnames.TransportDeadLetterCopies, func(s s) uint64 { return s.DeadLetters })
-	add(metricnames.TransportDeadLetterErrors, func(s s) uint64 { return s.DeadLetterErrors })
-	add(metricnames.TransportOversized, func(s s) uint64 { return s.Oversized })
-	add(metricnames.TransportDropped, func(s s) uint64 { return s.Dropped })
-	add(metricnames.TransportStaleAcks, func(s s) uint64 { return s.StaleAcks })
-	add(metricnames.TransportAckErrors, func(s s) uint64 { return s.AckErrors })
-	return col
-}
-
-type statDesc struct {
-	desc *prometheus.Desc
-	read func(receiver.TransportStats) uint64
+	return &statsCollector{stats: stats, series: counters(metricnames.TransportCounters, transport)}
 }
 
 type statsCollector struct {
-	stats func() receiver.TransportStats
-	descs []statDesc
+	stats  func() receiver.TransportStats
+	series []series[receiver.TransportStats]
 }
 
 func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range s.descs {
-		ch <- d.desc
-	}
+	describe(ch, s.series)
 }
 
 func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	st := s.stats()
-	for _, d := range s.descs {
-		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(d.read(st)))
-	}
+	collect(ch, s.series, s.stats())
 }

@@ -1,8 +1,12 @@
 // Package metricnames is the one table of the metrics msgaudit exports:
 // name, help text, kind, unit and labels. Both exporters read it, promexport
 // (Prometheus) and the otelmetric module (OpenTelemetry), so that a metric
-// has one name and one meaning whichever a program scrapes. It imports
-// neither client; docs/metrics.md lists the same table for readers.
+// has one name and one meaning whichever a program scrapes. The read
+// tables (ReceiverCounters, TransportCounters, BacklogGauges, …) say which
+// field of a receiver.Snapshot, a receiver.TransportStats or an
+// idempotency.Backlog each metric reads, and the exporters iterate them.
+// It imports neither client; docs/metrics.md lists the same table for
+// readers.
 package metricnames
 
 // Kind is how a metric's value moves.

@@ -45,7 +45,6 @@ var layers = map[string]float64{
 	"internal/testkit/readmecheck": 0, "internal/testkit/testsummary": 0, "internal/testkit/archtest": 0, "internal/testkit/apitest": 0,
 	"internal/testkit/testwait": 0, "internal/testkit/stompsub": 0, "internal/keyjoin": 0, "internal/copysig": 0, "internal/pgtable": 0,
 	"internal/admission": 0, "internal/copyhdr": 0, "internal/storelat": 0, "internal/purgeloop": 0,
-	"internal/metricnames": 0,
 	// Test helpers on top of testenv.
 	"internal/testkit/pgrestart": 0.5,
 	// Core: msgid → bitsetbin → audit → connaudit.
@@ -56,6 +55,9 @@ var layers = map[string]float64{
 	"idempotency/storetest": 2.5, "metadata/storetest": 2.5,
 	// The pipeline.
 	"receiver": 3,
+	// The metrics both exporters export and the fields they read, and
+	// the known snapshots their tests read.
+	"internal/metricnames": 3.1, "internal/testkit/metricfixture": 3.1,
 	// What the transports share beside the pipeline.
 	"internal/consumerkit": 3.2,
 	// The transactional inbox (database/sql, no driver).
