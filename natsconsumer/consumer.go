@@ -357,7 +357,10 @@ func (c *Consumer) pull(ctx, hctx context.Context, nc *nats.Conn, js jetstream.J
 	// retry follows a failed pull request: a durable consumer that is
 	// gone (deleted by an operator, or lost with a server's memory
 	// storage) is created again at once, its messages still in the
-	// stream; any other failure waits ReconnectBackoff.
+	// stream; any other failure waits ReconnectBackoff. The server says
+	// "consumer deleted" only to pull requests waiting at the deletion; a
+	// pull request sent after it goes unanswered, so an empty pull asks
+	// whether the consumer still exists (exists).
 	retry := func(what string, err error) {
 		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 			c.log.Warn("natsconsumer: the durable consumer is gone; creating it again", "err", c.red.Error(err))
@@ -415,8 +418,28 @@ func (c *Consumer) pull(ctx, hctx context.Context, nc *nats.Conn, js jetstream.J
 			retry("pull request ended with an error", err)
 			continue
 		}
+		if got == 0 && ctx.Err() == nil && !g.stopped() {
+			// An empty pull: the stream is idle, or the durable consumer
+			// was deleted between two pull requests, which the server
+			// then leaves unanswered. Ask for it.
+			if err := c.exists(ctx, cons); err != nil {
+				retry("the durable consumer is gone", err)
+				continue
+			}
+		}
 		failures = 0
 	}
+}
+
+// exists returns jetstream.ErrConsumerNotFound when cons is gone from the
+// server, and nil otherwise (other failures show at the next pull).
+func (c *Consumer) exists(ctx context.Context, cons jetstream.Consumer) error {
+	ictx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
+	defer cancel()
+	if _, err := cons.Info(ictx); errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return err
+	}
+	return nil
 }
 
 // acquire takes at least one free place (waiting for it unless ctx ends

@@ -536,3 +536,47 @@ func TestConsumerRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestConsumerRecreatedBetweenPulls: the durable consumer deleted while no
+// pull request of the consumer is waiting (its one place taken by a
+// handler), so that the next pull request finds no one to answer it
+// (JetStream's 503, no responders) instead of being told the consumer was
+// deleted: it is created again all the same, and a message published
+// after the deletion is handled.
+func TestConsumerRecreatedBetweenPulls(t *testing.T) {
+	e := newEnv(t, 0)
+	var calls counter
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	cfg := e.config(e.url, func(ctx context.Context, m *receiver.Message) error {
+		calls.add(string(m.Body))
+		if string(m.Body) == "before" {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return nil
+	})
+	cfg.Concurrency, cfg.InFlight = 1, 1
+	cfg.Pipeline.MemoryOnly = true
+	c := newConsumer(t, cfg)
+	stop := start(t, c)
+	e.publish("before", "")
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the first message was not handed to the handler within a minute")
+	}
+	ctx := testwait.Context(t, testwait.Long)
+	if err := e.js.DeleteConsumer(ctx, e.stream, e.consumer); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	e.publish("after", "")
+	testwait.Until(t, time.Minute, "the message published after the deletion handled", func() bool { return calls.get("after") >= 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
