@@ -285,9 +285,13 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 			return nil, err
 		}
 	}
-	ib.pace = purgeloop.Server
-	if o.Dialect == SQLite {
+	switch o.Dialect {
+	case SQLite:
 		ib.pace = purgeloop.SQLite
+	case MySQL:
+		ib.pace = purgeloop.MySQL
+	default:
+		ib.pace = purgeloop.Server
 	}
 	ib.purger = purgeloop.Start(o.PurgeInterval, "inbox "+o.Table, log, ib.autoPurge)
 	return ib, nil
