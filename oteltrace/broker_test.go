@@ -12,12 +12,15 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/testkit/testenv"
 	"github.com/acemq/msgaudit/internal/testkit/testwait"
+	"github.com/acemq/msgaudit/natsconsumer"
 	"github.com/acemq/msgaudit/oteltrace"
 	"github.com/acemq/msgaudit/rabbitconsumer"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/acemq/msgaudit/stompconsumer"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -409,4 +412,94 @@ func TestRabbitMQ(t *testing.T) {
 	})
 	stop()
 	s.check("rabbitmq", q)
+}
+
+// TestNATS runs the scenario through natsconsumer on a JetStream stream
+// of its own: the producers' traceparent travels in NATS headers, and the
+// delivery span names the stream, not the stream and consumer the
+// consumer tracks its keys under. The stream's duplicate window is short,
+// so that the second "a" (the same Nats-Msg-Id) is stored and delivered
+// for the pipeline to absorb.
+func TestNATS(t *testing.T) {
+	url := testenv.Getenv(t, "MSGAUDIT_NATS_URL", "a NATS server with JetStream")
+	s := newScenario(t, "nats")
+	nc, err := nats.Connect(url, nats.Timeout(10*time.Second))
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close) // after the streams' deletion: cleanups run last first
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := uniq(t, "")
+	stream, subject := "msgaudit_otel_"+id, "msgaudit-otel-"+id+".orders"
+	dlStream, dlSubject := "msgaudit_otel_dlq_"+id, "msgaudit-otel-"+id+"-dlq"
+	ctx := testwait.Context(t, testwait.Long)
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: stream, Subjects: []string{subject}, Storage: jetstream.FileStorage, Duplicates: 100 * time.Millisecond},
+		{Name: dlStream, Subjects: []string{dlSubject}, Storage: jetstream.FileStorage},
+	} {
+		if _, err := js.CreateStream(ctx, sc); err != nil {
+			t.Fatalf("create stream %s: %v", sc.Name, err)
+		}
+		t.Cleanup(func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := js.DeleteStream(dctx, sc.Name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				t.Errorf("cleanup: delete stream %s: %v", sc.Name, err)
+			}
+		})
+	}
+	send := func(key string, p *producer) bool {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		m.Data = []byte(key)
+		m.Header.Set(jetstream.MsgIDHeader, key)
+		if p != nil {
+			m.Header.Set("traceparent", p.traceparent())
+		}
+		pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ack, err := js.PublishMsg(pctx, m)
+		if err != nil {
+			t.Fatalf("publish %s: %v", key, err)
+		}
+		return !ack.Duplicate
+	}
+	c, err := natsconsumer.New(natsconsumer.Config{URL: url, Stream: stream, Consumer: "worker", DeadLetterSubject: dlSubject,
+		Handler: s.handler, ConnectTimeout: 10 * time.Second,
+		Pipeline: receiver.Config{Store: s.store, Observer: s.tracer,
+			Backoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send("a", &s.a)
+	send("b", &s.b)
+	send("c", nil)
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err, _ := testwait.Recv(t, done, time.Minute, "Run returning after cancel"); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	}
+	defer stop()
+	s.waitDeliveries(4, "a, b twice and c processed")
+	// Past the stream's duplicate window the same Nats-Msg-Id is stored
+	// again: the pipeline, not the stream, absorbs it.
+	testwait.Until(t, time.Minute, "a second a stored past the stream's duplicate window", func() bool { return send("a", &s.a2) })
+	s.waitDeliveries(5, "the duplicate of a processed")
+	testwait.Until(t, time.Minute, "4 acknowledgements (a, b, c, the duplicate) and 1 retry (b)", func() bool {
+		st := c.Stats()
+		return st.Acks == 4 && st.Requeues == 1
+	})
+	stop()
+	s.check("nats", stream)
 }

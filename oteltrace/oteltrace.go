@@ -22,7 +22,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/acemq/msgaudit/internal/keyjoin"
 	"github.com/acemq/msgaudit/receiver"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -105,6 +107,16 @@ func New(o Options) (*Tracer, error) {
 	return &Tracer{system: semconv.MessagingSystemKey.String(o.System), tracer: tp.Tracer(scopeName), prop: prop}, nil
 }
 
+// destination is m's destination without the consumer a transport joined
+// to it to make one scope per consumer (natsconsumer's "stream#consumer"):
+// the stream, as the span names it; the consumer is its own attribute.
+func destination(m *receiver.Message) string {
+	if m.Consumer == "" {
+		return m.Destination
+	}
+	return strings.TrimSuffix(m.Destination, keyjoin.Topic("", m.Consumer))
+}
+
 // Start begins the delivery's consumer span, named "process " and the
 // destination. Its parent is the producer's span context found in m's
 // headers; without one, the span ctx carries, if any (a hand-written
@@ -112,11 +124,12 @@ func New(o Options) (*Tracer, error) {
 // The returned context carries the span.
 func (t *Tracer) Start(ctx context.Context, m *receiver.Message) (context.Context, receiver.Observation) {
 	ctx = t.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
+	dest := destination(m)
 	attrs := make([]attribute.KeyValue, 0, 9)
 	attrs = append(attrs, t.system,
 		semconv.MessagingOperationTypeProcess,
 		semconv.MessagingOperationName("process"),
-		semconv.MessagingDestinationName(m.Destination),
+		semconv.MessagingDestinationName(dest),
 		semconv.MessagingMessageBodySize(len(m.Body)),
 		attrRedelivered.Bool(m.Redelivered))
 	if m.Consumer != "" {
@@ -125,7 +138,7 @@ func (t *Tracer) Start(ctx context.Context, m *receiver.Message) (context.Contex
 	if m.Key != "" {
 		attrs = append(attrs, semconv.MessagingMessageID(m.Key))
 	}
-	ctx, span := t.tracer.Start(ctx, "process "+m.Destination,
+	ctx, span := t.tracer.Start(ctx, "process "+dest,
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 	return ctx, &delivery{t: t, span: span, m: m}
 }
