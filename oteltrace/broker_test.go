@@ -66,6 +66,26 @@ func newScenario(t *testing.T, system string) *scenario {
 		runs: map[string]int{}, inside: map[string][]trace.SpanContext{}}
 }
 
+// start runs run (a consumer's Run) until the returned stop, which the
+// test's cleanup calls too: stop cancels it and waits for it to return.
+func (s *scenario) start(run func(context.Context) error) (stop func()) {
+	t := s.t
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err, _ := testwait.Recv(t, done, time.Minute, "Run returning after cancel"); err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
 // handler fails the first run of body "b"; each run starts a span of the
 // application's own under the handler's context.
 func (s *scenario) handler(ctx context.Context, m *receiver.Message) error {
@@ -269,20 +289,7 @@ func TestActiveMQ(t *testing.T) {
 	send("b", &s.b)
 	send("c", nil)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err, _ := testwait.Recv(t, done, time.Minute, "Run returning after cancel"); err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}
-	}
-	defer stop()
+	stop := s.start(c.Run)
 	s.waitDeliveries(4, "a, b twice and c processed")
 	send("a", &s.a2)
 	s.waitDeliveries(5, "the duplicate of a processed")
@@ -389,20 +396,7 @@ func TestRabbitMQ(t *testing.T) {
 	send("a", &s.a)
 	send("b", &s.b)
 	send("c", nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err, _ := testwait.Recv(t, done, time.Minute, "Run returning after cancel"); err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}
-	}
-	defer stop()
+	stop := s.start(c.Run)
 	s.waitDeliveries(4, "a, b twice and c processed")
 	send("a", &s.a2)
 	s.waitDeliveries(5, "the duplicate of a processed")
@@ -477,20 +471,7 @@ func TestNATS(t *testing.T) {
 	send("a", &s.a)
 	send("b", &s.b)
 	send("c", nil)
-	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(rctx) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err, _ := testwait.Recv(t, done, time.Minute, "Run returning after cancel"); err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		}
-	}
-	defer stop()
+	stop := s.start(c.Run)
 	s.waitDeliveries(4, "a, b twice and c processed")
 	// Past the stream's duplicate window the same Nats-Msg-Id is stored
 	// again: the pipeline, not the stream, absorbs it.
