@@ -13,24 +13,6 @@ import (
 	"github.com/acemq/msgaudit/receiver"
 )
 
-// gauges scrapes reg and returns every gauge's value by metric name.
-func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			if g := m.GetGauge(); g != nil {
-				got[f.GetName()] = g.GetValue()
-			}
-		}
-	}
-	return got
-}
-
 // TestInFlightGauges: msgaudit_receiver_in_flight and
 // msgaudit_receiver_oldest_in_flight_seconds show a stuck handler while it
 // runs and go back to zero when it returns.
@@ -58,7 +40,7 @@ func TestInFlightGauges(t *testing.T) {
 	at := <-entered
 	time.Sleep(20 * time.Millisecond)
 	before := time.Now()
-	g := gauges(t, reg)
+	g := metrics(t, reg)
 	t.Logf("a stuck handler: msgaudit_receiver_in_flight %v, msgaudit_receiver_oldest_in_flight_seconds %.3f",
 		g["msgaudit_receiver_in_flight"], g["msgaudit_receiver_oldest_in_flight_seconds"])
 	if g["msgaudit_receiver_in_flight"] != 1 || g["msgaudit_receiver_oldest_in_flight_seconds"] < before.Sub(at).Seconds() {
@@ -67,7 +49,7 @@ func TestInFlightGauges(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
-	g = gauges(t, reg)
+	g = metrics(t, reg)
 	if v, ok := g["msgaudit_receiver_in_flight"]; !ok || v != 0 || g["msgaudit_receiver_oldest_in_flight_seconds"] != 0 {
 		t.Errorf("after it returned: in_flight %v (exported %t), oldest_in_flight_seconds %v; want 0, 0", v, ok, g["msgaudit_receiver_oldest_in_flight_seconds"])
 	}
