@@ -16,10 +16,31 @@ import "github.com/go-stomp/stomp/v3"
 // ack:auto subscription are consumed, a browse's are not consumed at all,
 // and unacknowledged ones of a client-individual subscription are
 // delivered again.
+//
+// Unsubscribe returns when sub.C is closed, even if go-stomp's Unsubscribe
+// has not returned yet: that one can miss the wake-up of a receipt that
+// arrives just as it starts waiting (the subscription's close does not
+// take the lock its wait holds), and then returns only after its receipt
+// timeout, 30 s by default, with an error, although the subscription
+// ended. Its own error is returned when it comes first.
 func Unsubscribe(sub *stomp.Subscription) error {
+	closed := make(chan struct{})
 	go func() {
 		for range sub.C {
 		}
+		close(closed)
 	}()
-	return sub.Unsubscribe()
+	done := make(chan error, 1)
+	go func() { done <- sub.Unsubscribe() }()
+	select {
+	case err := <-done:
+		return err
+	case <-closed:
+		select {
+		case err := <-done:
+			return err
+		default:
+			return nil
+		}
+	}
 }
