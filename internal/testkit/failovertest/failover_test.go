@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -146,7 +147,8 @@ type result struct {
 	dupRedelivery, dupResent                 int // duplicates with a handled message's id, with another id
 	handlerCalls                             int
 	producerRetried, producerUnconfirmed     int64
-	producerReconnects, total                int64
+	producerReconnects, producerStalled      int64
+	total                                    int64
 	elapsed                                  time.Duration
 }
 
@@ -379,11 +381,22 @@ func run(t *testing.T, p *pair, tier string) result {
 		keys[i] = fmt.Sprintf("failover-%s:%d", id, i+1)
 	}
 	pr := &producer{p: p}
-	defer pr.close()
 	pctx, stopProducer := context.WithCancel(ctx)
-	defer stopProducer()
 	prodErr := make(chan error, 1)
+	prodDone := make(chan struct{})
+	defer func() {
+		// The producer ends at its next check of pctx: at most one
+		// transaction's limit away.
+		stopProducer()
+		select {
+		case <-prodDone:
+		case <-time.After(txLimit + 15*time.Second):
+			t.Errorf("the producer had not stopped %v after it was told to: %s", txLimit+15*time.Second, pr.state())
+		}
+	}()
 	go func() {
+		defer close(prodDone)
+		defer pr.close()
 		tick := time.NewTicker(batchEvery)
 		defer tick.Stop()
 		for i := 0; i < len(keys); i += batch {
@@ -398,6 +411,7 @@ func run(t *testing.T, p *pair, tier string) result {
 				if i-n < maxBacklog {
 					break
 				}
+				pr.setPhase("waiting for the ledger (%d keys) to come within %d of %d", n, maxBacklog, i)
 				select {
 				case <-tick.C:
 				case <-pctx.Done():
@@ -410,14 +424,33 @@ func run(t *testing.T, p *pair, tier string) result {
 				return
 			}
 		}
+		pr.setPhase("done")
 		prodErr <- nil
 	}()
+
+	// report says where everything stands, for a run that stalls.
+	report := func() string {
+		var b strings.Builder
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := applied(rctx, tdb, ledger)
+		cancel()
+		fmt.Fprintf(&b, "\nledger: %d keys (err %v)\n%s\n", n, err, pr.state())
+		last, events := tr.last()
+		fmt.Fprintf(&b, "consumer: %d deliveries recorded, the last %v ago, %d handler calls running\n  stats %+v\n  metrics %+v\n",
+			events, time.Since(last).Round(time.Millisecond), tr.running.Load(), c.Stats(), metrics.Snapshot())
+		b.WriteString(stacks())
+		for _, pf := range p.pidfiles {
+			b.WriteString(logTail(filepath.Join(filepath.Dir(filepath.Dir(pf)), "log", "activemq.log"), 30))
+		}
+		b.WriteString(brokerThreads(p))
+		return b.String()
+	}
 
 	var res result
 	for k := range kills {
 		point := (k + 1) * messages / (kills + 2)
 		if err := awaitApplied(ctx, tdb, ledger, point, runErr, prodErr); err != nil {
-			t.Fatalf("before kill %d: %v", k+1, err)
+			t.Fatalf("before kill %d: %v%s", k+1, err, report())
 		}
 		m, err := p.master(ctx)
 		if err != nil {
@@ -433,7 +466,7 @@ func run(t *testing.T, p *pair, tier string) result {
 		}
 		f.takeover = took.Sub(f.at)
 		if err := awaitResume(tr, f.gen, runErr); err != nil {
-			t.Fatalf("after kill %d: %v", k+1, err)
+			t.Fatalf("after kill %d: %v%s", k+1, err, report())
 		}
 		// The killed broker comes back as the standby.
 		if err := p.up(ctx); err != nil {
@@ -457,10 +490,10 @@ func run(t *testing.T, p *pair, tier string) result {
 			t.Fatalf("producer: %v", err)
 		}
 	case <-time.After(finishLimit):
-		t.Fatalf("the producer had not finished %v after the last kill (%d messages confirmed)", finishLimit, pr.sent.Load())
+		t.Fatalf("the producer had not finished %v after the last kill%s", finishLimit, report())
 	}
 	if err := awaitDone(ctx, tdb, ledger, tr, runErr); err != nil {
-		t.Error(err)
+		t.Errorf("%v%s", err, report())
 	}
 	stopConsumer()
 	select {
@@ -536,7 +569,7 @@ func run(t *testing.T, p *pair, tier string) result {
 	}
 	res.metrics, res.stats = metrics.Snapshot(), c.Stats()
 	res.producerRetried, res.producerUnconfirmed = pr.retried.Load(), pr.unconfirmed.Load()
-	res.producerReconnects, res.total = pr.reconnects.Load(), pr.sent.Load()
+	res.producerReconnects, res.producerStalled, res.total = pr.reconnects.Load(), pr.stalled.Load(), pr.sent.Load()
 	t.Log(res.summary(tier, p))
 	return res
 }
@@ -551,8 +584,8 @@ func (r result) summary(tier string, p *pair) string {
 		fmt.Fprintf(&b, "  kill %d: master %s killed with %d handler calls under way; %s took over after %v; consumer resumed (first delivery on a new connection) after %v, first new work after %v\n",
 			i+1, p.addrs[f.from], f.running, p.addrs[f.to], f.takeover.Round(time.Millisecond), f.resume.Round(time.Millisecond), f.firstWork.Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, "  producer: %d messages confirmed, %d sent again (%d of them after a COMMIT without receipt), %d reconnects\n",
-		r.total, r.producerRetried, r.producerUnconfirmed, r.producerReconnects)
+	fmt.Fprintf(&b, "  producer: %d messages confirmed, %d sent again (%d of them after a COMMIT without receipt), %d reconnects, %d transactions given up after %v\n",
+		r.total, r.producerRetried, r.producerUnconfirmed, r.producerReconnects, r.producerStalled, txLimit)
 	fmt.Fprintf(&b, "  receiver: delivered=%d redelivered=%d processed=%d handler-calls=%d duplicates(audit=%d store=%d in-flight=%d other=%d) retries=%d dead-lettered=%d handler-errors=%d store-errors=%d\n",
 		m.Delivered, m.Redelivered, m.Processed, r.handlerCalls, m.DuplicatesAudit, m.DuplicatesStore, m.DuplicatesInFlight, m.DuplicatesOther,
 		m.Retries, m.DeadLettered, m.HandlerErrors, m.StoreErrors)

@@ -93,12 +93,21 @@ func (p *pair) lock(t testing.TB) {
 // dial opens a STOMP connection to broker i; only the master accepts one
 // (the standby opens no connector until it holds the store's lock).
 func (p *pair) dial(ctx context.Context, i int) (*stomp.Conn, error) {
+	c, _, err := p.dialRaw(ctx, i)
+	return c, err
+}
+
+// dialRaw is dial, also returning the connection's socket: closing it
+// ends a go-stomp call that would otherwise wait for good (a frame queued
+// as the connection broke is never answered, and a COMMIT's receipt wait
+// has no timeout without heart-beats).
+func (p *pair) dialRaw(ctx context.Context, i int) (*stomp.Conn, net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", p.addrs[i])
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = nc.SetDeadline(dl)
@@ -107,10 +116,10 @@ func (p *pair) dial(ctx context.Context, i int) (*stomp.Conn, error) {
 		stomp.ConnOpt.RcvReceiptTimeout(10*time.Second))
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return c, nil
+	return c, nc, nil
 }
 
 // master returns the index of the broker that accepts STOMP connections.
