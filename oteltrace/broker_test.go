@@ -86,6 +86,38 @@ func (s *scenario) start(run func(context.Context) error) (stop func()) {
 	return stop
 }
 
+// pipeline is the receiver configuration every broker test's consumer
+// runs: the scenario's store and tracer, and short backoffs.
+func (s *scenario) pipeline() receiver.Config {
+	return receiver.Config{Store: s.store, Observer: s.tracer,
+		Backoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}
+}
+
+// play sends a, b and c with send, starts the consumer's run, waits for
+// a, b twice and c, sends the duplicate of a with again and waits for it;
+// it returns start's stop.
+func (s *scenario) play(run func(context.Context) error, send func(key string, p *producer), again func()) (stop func()) {
+	s.t.Helper()
+	send("a", &s.a)
+	send("b", &s.b)
+	send("c", nil)
+	stop = s.start(run)
+	s.waitDeliveries(4, "a, b twice and c processed")
+	again()
+	s.waitDeliveries(5, "the duplicate of a processed")
+	return stop
+}
+
+// waitSettled waits until the consumer's counters show a, b, c and the
+// duplicate acknowledged and b's first attempt handed back.
+func (s *scenario) waitSettled(stats func() receiver.TransportStats) {
+	s.t.Helper()
+	testwait.Until(s.t, time.Minute, "4 acknowledgements (a, b, c, the duplicate) and 1 requeue (b)", func() bool {
+		st := stats()
+		return st.Acks == 4 && st.Requeues == 1
+	})
+}
+
 // handler fails the first run of body "b"; each run starts a span of the
 // application's own under the handler's context.
 func (s *scenario) handler(ctx context.Context, m *receiver.Message) error {
@@ -263,8 +295,7 @@ func TestActiveMQ(t *testing.T) {
 		Subscriptions:         []stompconsumer.Subscription{{Destination: q, Handler: s.handler}},
 		DeadLetterDestination: dlq,
 		KeyHeader:             "idem",
-		Pipeline: receiver.Config{Store: s.store, Observer: s.tracer,
-			Backoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}},
+		Pipeline:              s.pipeline(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -285,14 +316,7 @@ func TestActiveMQ(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	send("a", &s.a)
-	send("b", &s.b)
-	send("c", nil)
-
-	stop := s.start(c.Run)
-	s.waitDeliveries(4, "a, b twice and c processed")
-	send("a", &s.a2)
-	s.waitDeliveries(5, "the duplicate of a processed")
+	stop := s.play(c.Run, send, func() { send("a", &s.a2) })
 	stop()
 	s.check("activemq", q)
 	for _, d := range []string{q, dlq} {
@@ -388,22 +412,12 @@ func TestRabbitMQ(t *testing.T) {
 		}
 	}
 	c, err := rabbitconsumer.New(rabbitconsumer.Config{URL: url, Queue: q, Handler: s.handler,
-		Pipeline: receiver.Config{Store: s.store, Observer: s.tracer,
-			Backoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}})
+		Pipeline: s.pipeline()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	send("a", &s.a)
-	send("b", &s.b)
-	send("c", nil)
-	stop := s.start(c.Run)
-	s.waitDeliveries(4, "a, b twice and c processed")
-	send("a", &s.a2)
-	s.waitDeliveries(5, "the duplicate of a processed")
-	testwait.Until(t, time.Minute, "4 acknowledgements (a, b, c, the duplicate) and 1 requeue (b)", func() bool {
-		st := c.Stats()
-		return st.Acks == 4 && st.Requeues == 1
-	})
+	stop := s.play(c.Run, send, func() { send("a", &s.a2) })
+	s.waitSettled(c.Stats)
 	stop()
 	s.check("rabbitmq", q)
 }
@@ -463,24 +477,16 @@ func TestNATS(t *testing.T) {
 	}
 	c, err := natsconsumer.New(natsconsumer.Config{URL: url, Stream: stream, Consumer: "worker", DeadLetterSubject: dlSubject,
 		Handler: s.handler, ConnectTimeout: 10 * time.Second,
-		Pipeline: receiver.Config{Store: s.store, Observer: s.tracer,
-			Backoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}}})
+		Pipeline: s.pipeline()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	send("a", &s.a)
-	send("b", &s.b)
-	send("c", nil)
-	stop := s.start(c.Run)
-	s.waitDeliveries(4, "a, b twice and c processed")
-	// Past the stream's duplicate window the same Nats-Msg-Id is stored
-	// again: the pipeline, not the stream, absorbs it.
-	testwait.Until(t, time.Minute, "a second a stored past the stream's duplicate window", func() bool { return send("a", &s.a2) })
-	s.waitDeliveries(5, "the duplicate of a processed")
-	testwait.Until(t, time.Minute, "4 acknowledgements (a, b, c, the duplicate) and 1 retry (b)", func() bool {
-		st := c.Stats()
-		return st.Acks == 4 && st.Requeues == 1
+	stop := s.play(c.Run, func(key string, p *producer) { send(key, p) }, func() {
+		// Past the stream's duplicate window the same Nats-Msg-Id is
+		// stored again: the pipeline, not the stream, absorbs it.
+		testwait.Until(t, time.Minute, "a second a stored past the stream's duplicate window", func() bool { return send("a", &s.a2) })
 	})
+	s.waitSettled(c.Stats)
 	stop()
 	s.check("nats", stream)
 }
