@@ -489,3 +489,56 @@ func TestRefusedSubscribeBacksOff(t *testing.T) {
 		t.Errorf("the broker's ERROR message is not logged:\n%s", logs.String())
 	}
 }
+
+// TestHeartbeatBeforeConnected: a broker that sends a heart-beat before
+// CONNECTED (ActiveMQ did, on a loaded machine) is connected to at the
+// first attempt.
+func TestHeartbeatBeforeConnected(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var subscribed atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				if _, err := r.ReadBytes(0); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("\n\r\nCONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00"))
+				f, err := r.ReadBytes(0)
+				if err != nil {
+					return
+				}
+				if bytes.HasPrefix(bytes.TrimLeft(f, "\r\n"), []byte("SUBSCRIBE\n")) {
+					subscribed.Add(1)
+				}
+				_, _ = r.ReadBytes(0) // until the consumer disconnects
+			}()
+		}
+	}()
+	var logs syncBuffer
+	c, err := New(Config{
+		Addresses:     []string{ln.Addr().String()},
+		Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}},
+		Pipeline:      receiver.Config{Logger: debugLogger(&logs), MemoryOnly: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := runFor(ctx, t, c); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if s := c.Stats(); s.Connects != 1 || s.ConnectErrors != 0 || subscribed.Load() != 1 {
+		t.Errorf("stats %+v, %d SUBSCRIBE frames; want one connection, no failed attempt and one SUBSCRIBE\n%s", s, subscribed.Load(), logs.String())
+	}
+}

@@ -69,6 +69,7 @@ type limitReader struct {
 	err    error
 
 	state  limState
+	framed bool   // a frame has begun: EOLs before the first one are dropped
 	hdr    []byte // command + header block (≤ maxHeader+1)
 	lineAt int    // start of the current line in hdr
 	kept   []byte // limOverflow: command + essential header lines
@@ -141,11 +142,17 @@ func (l *limitReader) feed(data []byte) {
 		case limIdle:
 			b := data[0]
 			if b == '\n' || b == '\r' {
-				l.out = append(l.out, b)
+				// A heart-beat. One before the first frame is dropped:
+				// a broker can send a heart-beat ahead of CONNECTED
+				// (ActiveMQ did, on a loaded machine), and go-stomp
+				// v3.1.3 takes an empty first frame for a failed CONNECT.
+				if l.framed {
+					l.out = append(l.out, b)
+				}
 				data = data[1:]
 				continue
 			}
-			l.state, l.hdr, l.lineAt = limHeader, l.hdr[:0], 0
+			l.state, l.hdr, l.lineAt, l.framed = limHeader, l.hdr[:0], 0, true
 		case limHeader:
 			i := bytes.IndexByte(data, '\n')
 			chunk := data
