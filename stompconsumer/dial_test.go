@@ -433,18 +433,18 @@ func TestLogin(t *testing.T) {
 	})
 }
 
-// TestRefusedSubscribeBacksOff: a broker that accepts the CONNECT but
-// answers SUBSCRIBE with an ERROR (as for a destination the user may not
-// read) must not be hammered with reconnects: sessions that break at once
-// back off exponentially.
-func TestRefusedSubscribeBacksOff(t *testing.T) {
-	t.Parallel()
+// fakeBroker listens on a loopback port until the test ends. On each
+// connection it reads the CONNECT, answers with connected (raw bytes) and
+// hands the connection to after, closing it when after returns. It
+// returns its address and the number of connections taken.
+func fakeBroker(t *testing.T, connected string, after func(c net.Conn, r *bufio.Reader)) (string, *atomic.Int64) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	var conns atomic.Int64
+	t.Cleanup(func() { ln.Close() })
+	conns := new(atomic.Int64)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -458,17 +458,29 @@ func TestRefusedSubscribeBacksOff(t *testing.T) {
 				if _, err := r.ReadBytes(0); err != nil {
 					return
 				}
-				_, _ = c.Write([]byte("CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00"))
-				if _, err := r.ReadBytes(0); err != nil {
-					return
-				}
-				_, _ = c.Write([]byte("ERROR\nmessage:User admin is not authorized to read from: queue://x\n\n\x00"))
+				_, _ = c.Write([]byte(connected))
+				after(c, r)
 			}()
 		}
 	}()
+	return ln.Addr().String(), conns
+}
+
+// TestRefusedSubscribeBacksOff: a broker that accepts the CONNECT but
+// answers SUBSCRIBE with an ERROR (as for a destination the user may not
+// read) must not be hammered with reconnects: sessions that break at once
+// back off exponentially.
+func TestRefusedSubscribeBacksOff(t *testing.T) {
+	t.Parallel()
+	addr, conns := fakeBroker(t, "CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00", func(c net.Conn, r *bufio.Reader) {
+		if _, err := r.ReadBytes(0); err != nil {
+			return
+		}
+		_, _ = c.Write([]byte("ERROR\nmessage:User admin is not authorized to read from: queue://x\n\n\x00"))
+	})
 	var logs syncBuffer
 	c, err := New(Config{
-		Addresses:        []string{ln.Addr().String()},
+		Addresses:        []string{addr},
 		Heartbeat:        -1,
 		ReconnectBackoff: receiver.Backoff{Initial: 100 * time.Millisecond, Max: time.Second},
 		Subscriptions:    []Subscription{{Destination: "/queue/x", Handler: nopHandler}},
@@ -495,39 +507,20 @@ func TestRefusedSubscribeBacksOff(t *testing.T) {
 // first attempt.
 func TestHeartbeatBeforeConnected(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	var subscribed atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				if _, err := r.ReadBytes(0); err != nil {
-					return
-				}
-				_, _ = c.Write([]byte("\n\r\nCONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00"))
-				f, err := r.ReadBytes(0)
-				if err != nil {
-					return
-				}
-				if bytes.HasPrefix(bytes.TrimLeft(f, "\r\n"), []byte("SUBSCRIBE\n")) {
-					subscribed.Add(1)
-				}
-				_, _ = r.ReadBytes(0) // until the consumer disconnects
-			}()
+	addr, _ := fakeBroker(t, "\n\r\nCONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00", func(c net.Conn, r *bufio.Reader) {
+		f, err := r.ReadBytes(0)
+		if err != nil {
+			return
 		}
-	}()
+		if bytes.HasPrefix(bytes.TrimLeft(f, "\r\n"), []byte("SUBSCRIBE\n")) {
+			subscribed.Add(1)
+		}
+		_, _ = r.ReadBytes(0) // until the consumer disconnects
+	})
 	var logs syncBuffer
 	c, err := New(Config{
-		Addresses:     []string{ln.Addr().String()},
+		Addresses:     []string{addr},
 		Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}},
 		Pipeline:      receiver.Config{Logger: debugLogger(&logs), MemoryOnly: true}})
 	if err != nil {
