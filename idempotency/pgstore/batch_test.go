@@ -1,7 +1,6 @@
 package pgstore_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"pgregory.net/rapid"
 
 	"github.com/acemq/msgaudit/idempotency"
@@ -169,45 +167,6 @@ func TestPostgresBatchRepeats(t *testing.T) {
 	}
 	if ok, err := s.IsConfirmed(ctx, k("new")); err != nil || !ok {
 		t.Errorf("IsConfirmed after ConfirmBatch = %v, %v", ok, err)
-	}
-}
-
-// TestPostgresBatchExpiry: a batch takes over expired claims and
-// confirmations past their retention like TryClaim does, and a lapsed
-// holder's ConfirmBatch and ReleaseBatch get ErrClaimLost and change
-// nothing.
-func TestPostgresBatchExpiry(t *testing.T) {
-	t.Parallel()
-	ctx := testwait.Context(t, time.Minute)
-	s, _, _ := newPostgresTestStore(t, idempotency.Options{ClaimTTL: 200 * time.Millisecond, Retention: 200 * time.Millisecond}, nil, 2)
-	keys := []idempotency.Key{{Namespace: "exp", ID: "a"}, {Namespace: "exp", ID: "b"}}
-	first := make([]idempotency.ClaimResult, 2)
-	if err := s.TryClaimBatch(ctx, keys, first); err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, 1)
-	if err := s.ConfirmBatch(ctx, []idempotency.Claim{first[1].Claim}, errs); err != nil || errs[0] != nil {
-		t.Fatalf("ConfirmBatch = %v, %v", err, errs[0])
-	}
-	time.Sleep(500 * time.Millisecond) // a's claim and b's confirmation lapse by the server's clock
-	second := make([]idempotency.ClaimResult, 2)
-	if err := s.TryClaimBatch(ctx, keys, second); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range second {
-		if r.Err != nil || r.Outcome != idempotency.Claimed {
-			t.Errorf("key %d after expiry: %v, %v; want claimed", i, r.Outcome, r.Err)
-		}
-	}
-	errs = make([]error, 1)
-	for _, f := range []func(context.Context, []idempotency.Claim, []error) error{s.ConfirmBatch, s.ReleaseBatch} {
-		if err := f(ctx, []idempotency.Claim{first[0].Claim}, errs); err != nil || !errors.Is(errs[0], idempotency.ErrClaimLost) {
-			t.Errorf("lapsed holder's batch = %v, %v; want ErrClaimLost", err, errs[0])
-		}
-	}
-	errs = make([]error, 2)
-	if err := s.ReleaseBatch(ctx, []idempotency.Claim{second[0].Claim, second[1].Claim}, errs); err != nil || errs[0] != nil || errs[1] != nil {
-		t.Errorf("the new holder's ReleaseBatch = %v, %v", err, errs)
 	}
 }
 
@@ -380,54 +339,4 @@ func TestPostgresBatchRoundTrips(t *testing.T) {
 	if q, _ := count(func() error { return s.ConfirmBatch(ctx, []idempotency.Claim{{Key: idempotency.Key{ID: "x"}}}, errs) }); q != 0 || !errors.Is(errs[0], idempotency.ErrClaimLost) {
 		t.Errorf("ConfirmBatch of a tokenless claim sent %d statements, answered %v", q, errs[0])
 	}
-}
-
-// TestPostgresBatchWholeFailures: a closed store, a cancelled context, an
-// unreachable server and mismatched slices fail the whole batch with an
-// error, not with per-key verdicts.
-func TestPostgresBatchWholeFailures(t *testing.T) {
-	t.Parallel()
-	ctx := testwait.Context(t, time.Minute)
-	keys := []idempotency.Key{{Namespace: "f", ID: "1"}}
-	claims := []idempotency.Claim{{Key: keys[0], Token: "t"}}
-	check := func(name string, s *pgstore.Store, ctx context.Context, want error) {
-		t.Helper()
-		res := make([]idempotency.ClaimResult, 1)
-		errs := make([]error, 1)
-		for op, err := range map[string]error{
-			"TryClaimBatch": s.TryClaimBatch(ctx, keys, res),
-			"ConfirmBatch":  s.ConfirmBatch(ctx, claims, errs),
-			"ReleaseBatch":  s.ReleaseBatch(ctx, claims, errs),
-		} {
-			if err == nil || want != nil && !errors.Is(err, want) {
-				t.Errorf("%s: %s = %v, want %v", name, op, err, want)
-			}
-		}
-	}
-	s, _, _ := newPostgresTestStore(t, idempotency.Options{}, nil, 2)
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	check("cancelled", s, cancelled, context.Canceled)
-
-	if err := s.TryClaimBatch(ctx, keys, nil); err == nil {
-		t.Error("TryClaimBatch with no result slots: nil error")
-	}
-	if err := s.ConfirmBatch(ctx, claims, nil); err == nil {
-		t.Error("ConfirmBatch with no error slots: nil error")
-	}
-
-	closed, _, _ := newPostgresTestStore(t, idempotency.Options{}, nil, 2)
-	_ = closed.Close()
-	check("closed", closed, ctx, idempotency.ErrClosed)
-
-	dead, err := pgxpool.New(ctx, "postgres://postgres@"+storetestkit.ClosedAddr(t)+"/test?sslmode=disable&connect_timeout=5")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dead.Close)
-	ds, err := pgstore.New(ctx, dead, pgstore.Options{Table: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	check("unreachable", ds, ctx, nil)
 }

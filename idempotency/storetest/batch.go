@@ -31,6 +31,9 @@ func (s *suite) batchCases() []batchCase {
 		{"Batch/InvalidKey", s.testBatchInvalidKey, ""},
 		{"Batch/ClaimLost", s.testBatchClaimLost, ""},
 		{"Batch/Empty", s.testBatchEmpty, ""},
+		{"Batch/Lengths", s.testBatchLengths, ""},
+		{"Batch/Expiry/TakeOver", s.testBatchTakeOver, ""},
+		{"Batch/Expiry/RetentionForgets", s.testBatchRetention, ""},
 		{"Batch/Large", s.testBatchLarge, ""},
 		{"Batch/Race", s.testBatchRace, ""},
 		{"Batch/Context/Cancelled", s.testBatchCancelled, ""},
@@ -257,6 +260,105 @@ func (s *suite) testBatchEmpty(t *testing.T) {
 	e.tryClaim(e.key("m1"), idempotency.Claimed)
 }
 
+// testBatchLengths: result slices whose length differs from the batch's
+// fail the call as a whole and change nothing.
+func (s *suite) testBatchLengths(t *testing.T) {
+	e := s.newEnv(t, longTTL, longRetention)
+	b := e.batch()
+	k1, k2 := e.key("m1"), e.key("m2")
+	held := e.key("held")
+	c := e.tryClaim(held, idempotency.Claimed)
+	keys := []idempotency.Key{k1, k2}
+	if err := b.TryClaimBatch(e.ctx, keys, make([]idempotency.ClaimResult, 1)); err == nil {
+		t.Fatal("TryClaimBatch with 1 result for 2 keys: nil error")
+	}
+	if err := b.TryClaimBatch(e.ctx, keys[:1], make([]idempotency.ClaimResult, 2)); err == nil {
+		t.Fatal("TryClaimBatch with 2 results for 1 key: nil error")
+	}
+	if err := b.TryClaimBatch(e.ctx, keys, nil); err == nil {
+		t.Fatal("TryClaimBatch with no results for 2 keys: nil error")
+	}
+	claims := []idempotency.Claim{c, c}
+	for _, op := range []struct {
+		name string
+		f    func(context.Context, []idempotency.Claim, []error) error
+	}{{"ConfirmBatch", b.ConfirmBatch}, {"ReleaseBatch", b.ReleaseBatch}} {
+		if err := op.f(e.ctx, claims[:1], nil); err == nil {
+			t.Fatalf("%s with no error slot for 1 claim: nil error", op.name)
+		}
+		if err := op.f(e.ctx, claims[:1], make([]error, 2)); err == nil {
+			t.Fatalf("%s with 2 error slots for 1 claim: nil error", op.name)
+		}
+		if err := op.f(e.ctx, claims, make([]error, 1)); err == nil {
+			t.Fatalf("%s with 1 error slot for 2 claims: nil error", op.name)
+		}
+	}
+	// Nothing changed: the keys are free, the claim is still held.
+	e.isConfirmed(held, false)
+	e.tryClaim(held, idempotency.InProgress)
+	e.tryClaim(k1, idempotency.Claimed)
+	e.tryClaim(k2, idempotency.Claimed)
+	expectErr(t, "Confirm", e.s.Confirm(e.ctx, c), nil)
+}
+
+// testBatchTakeOver: TryClaimBatch takes over expired claims like
+// TryClaim does, with new tokens; the lapsed holders' ConfirmBatch and
+// ReleaseBatch get ErrClaimLost and leave the new claims intact.
+func (s *suite) testBatchTakeOver(t *testing.T) {
+	e, unit := s.expiryEnv(t, 1, 100)
+	a, b := e.key("a"), e.key("b")
+	start := time.Now()
+	old := e.tryClaimBatch(a, b)
+	e.wantResult(0, old[0], a, idempotency.Claimed, nil, start)
+	e.wantResult(1, old[1], b, idempotency.Claimed, nil, start)
+	e.wait(unit + unit/4)
+	start = time.Now()
+	cur := e.tryClaimBatch(a, b, a)
+	e.wantResult(0, cur[0], a, idempotency.Claimed, nil, start)
+	e.wantResult(1, cur[1], b, idempotency.Claimed, nil, start)
+	e.wantResult(2, cur[2], a, idempotency.InProgress, nil, start)
+	for i := range 2 {
+		if cur[i].Claim.Token == old[i].Claim.Token {
+			t.Fatalf("take-over of key %d reused token %q", i, old[i].Claim.Token)
+		}
+	}
+	wantErrs(t, "lapsed ConfirmBatch", e.settleBatch(true, old[0].Claim), []error{idempotency.ErrClaimLost})
+	wantErrs(t, "lapsed ReleaseBatch", e.settleBatch(false, old[1].Claim), []error{idempotency.ErrClaimLost})
+	e.isConfirmed(a, false)
+	e.tryClaim(a, idempotency.InProgress)
+	e.tryClaim(b, idempotency.InProgress)
+	wantErrs(t, "new holders' ConfirmBatch", e.settleBatch(true, cur[0].Claim, cur[1].Claim), []error{nil, nil})
+	e.isConfirmed(a, true)
+	e.isConfirmed(b, true)
+}
+
+// testBatchRetention: a confirmation made by ConfirmBatch outlives the
+// claim TTL (a redelivery then is a duplicate, whether it is asked alone or
+// in a batch) and is forgotten after the retention period, exactly like
+// one made by Confirm.
+func (s *suite) testBatchRetention(t *testing.T) {
+	e, unit := s.expiryEnv(t, 1, 2)
+	a, b := e.key("a"), e.key("b")
+	start := time.Now()
+	res := e.tryClaimBatch(a, b)
+	e.wantResult(0, res[0], a, idempotency.Claimed, nil, start)
+	e.wantResult(1, res[1], b, idempotency.Claimed, nil, start)
+	wantErrs(t, "ConfirmBatch", e.settleBatch(true, res[0].Claim, res[1].Claim), []error{nil, nil})
+	e.wait(unit + unit/4) // past the claim TTL, within retention
+	e.isConfirmed(a, true)
+	e.tryClaim(a, idempotency.AlreadyConfirmed)
+	res = e.tryClaimBatch(b, a)
+	e.wantResult(0, res[0], b, idempotency.AlreadyConfirmed, nil, start)
+	e.wantResult(1, res[1], a, idempotency.AlreadyConfirmed, nil, start)
+	e.wait(unit) // past retention
+	e.isConfirmed(a, false)
+	e.isConfirmed(b, false)
+	start = time.Now()
+	res = e.tryClaimBatch(a, b)
+	e.wantResult(0, res[0], a, idempotency.Claimed, nil, start)
+	e.wantResult(1, res[1], b, idempotency.Claimed, nil, start)
+}
+
 // batchLarge is the size of the large batch: more than any default group
 // size, so a backend that splits or bounds statements is exercised.
 const batchLarge = 1000
@@ -447,9 +549,12 @@ func (s *suite) testBatchModel(t *testing.T) {
 		ns := "model-" + randHex(6)
 		keys := []idempotency.Key{{Namespace: ns, ID: "a"}, {Namespace: ns, ID: "b"}, {Namespace: ns, ID: "c"}, {Namespace: ns}}
 		model := map[idempotency.Key]entry{}
-		var claims []idempotency.Claim // every claim handed out, stale ones too, and a forged one
+		// Every claim handed out, stale ones too, and forged ones: a token
+		// never issued, one on the invalid key, and none at all.
+		var claims []idempotency.Claim
 		claims = append(claims, idempotency.Claim{Key: keys[0], Token: claimkit.NewToken()},
-			idempotency.Claim{Key: keys[3], Token: claimkit.NewToken()})
+			idempotency.Claim{Key: keys[3], Token: claimkit.NewToken()},
+			idempotency.Claim{Key: keys[1]})
 		ctx := e.ctx
 		now := func() time.Time {
 			if e.clock != nil {

@@ -1,6 +1,6 @@
 // Package storetest is the conformance suite every idempotency.Store
-// backend runs: one set of cases, so memory, SQLite, Redis and PostgreSQL
-// are held to exactly the same contract.
+// backend runs: one set of cases, so memory, SQLite, Redis, PostgreSQL and
+// MySQL are held to exactly the same contract.
 //
 // A backend's test calls Run with a function opening a fresh store (on its
 // own file, key prefix or table, cleaned up through t.Cleanup) and the
