@@ -3,17 +3,13 @@ package pgstore_test
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
 
 	"github.com/acemq/msgaudit/idempotency"
-	"github.com/acemq/msgaudit/idempotency/pgstore"
 	"github.com/acemq/msgaudit/internal/testkit/storetestkit"
 	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
@@ -167,123 +163,6 @@ func TestPostgresBatchRepeats(t *testing.T) {
 	}
 	if ok, err := s.IsConfirmed(ctx, k("new")); err != nil || !ok {
 		t.Errorf("IsConfirmed after ConfirmBatch = %v, %v", ok, err)
-	}
-}
-
-// TestPostgresBatchConcurrent: goroutines try-claim overlapping batches
-// of keys in different orders (so their row locks could cross), confirm
-// or release what they claimed and retry what was in progress, until every
-// key is confirmed. Each key is confirmed by exactly one holder, no two
-// claims of a key are ever held at once, and no batch fails (a deadlock
-// would).
-func TestPostgresBatchConcurrent(t *testing.T) {
-	t.Parallel()
-	s, _, _ := newPostgresTestStore(t, idempotency.Options{}, nil, 8)
-	runBatchWorkers(t, s, 8)
-}
-
-// runBatchWorkers is TestPostgresBatchConcurrent's run on s with workers
-// goroutines.
-func runBatchWorkers(t *testing.T, s *pgstore.Store, workers int) {
-	ctx := testwait.Context(t, 3*time.Minute)
-	const nkeys, size = 300, 48
-	key := func(i int) idempotency.Key { return idempotency.Key{Namespace: "conc", ID: fmt.Sprint(i)} }
-	var (
-		holders   [nkeys]atomic.Int32
-		confirmed [nkeys]atomic.Int32
-		wg        sync.WaitGroup
-	)
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			for round := 0; ; round++ {
-				var todo []int
-				for i := range nkeys {
-					if confirmed[i].Load() == 0 {
-						todo = append(todo, i)
-					}
-				}
-				if len(todo) == 0 || ctx.Err() != nil {
-					return
-				}
-				rng.Shuffle(len(todo), func(a, b int) { todo[a], todo[b] = todo[b], todo[a] })
-				todo = todo[:min(size, len(todo))]
-				keys := make([]idempotency.Key, len(todo))
-				for j, i := range todo {
-					keys[j] = key(i)
-				}
-				res := make([]idempotency.ClaimResult, len(keys))
-				if err := s.TryClaimBatch(ctx, keys, res); err != nil {
-					t.Errorf("worker %d: TryClaimBatch: %v", w, err)
-					return
-				}
-				var conf, rel []idempotency.Claim
-				var confIdx []int
-				for j, r := range res {
-					if r.Err != nil {
-						t.Errorf("worker %d: key %d: %v", w, todo[j], r.Err)
-						return
-					}
-					if r.Outcome != idempotency.Claimed {
-						continue
-					}
-					if n := holders[todo[j]].Add(1); n != 1 {
-						t.Errorf("key %d held by %d claims at once", todo[j], n)
-					}
-					if rng.IntN(4) == 0 {
-						rel = append(rel, r.Claim)
-					} else {
-						conf = append(conf, r.Claim)
-						confIdx = append(confIdx, todo[j])
-					}
-				}
-				// Holders are counted down before the store hears of it,
-				// so a count above one is a real overlap.
-				for _, c := range rel {
-					var i int
-					fmt.Sscan(c.Key.ID, &i)
-					holders[i].Add(-1)
-				}
-				errs := make([]error, len(rel))
-				if err := s.ReleaseBatch(ctx, rel, errs); err != nil {
-					t.Errorf("worker %d: ReleaseBatch: %v", w, err)
-					return
-				}
-				for j, err := range errs {
-					if err != nil {
-						t.Errorf("worker %d: release %s: %v", w, rel[j].Key.ID, err)
-					}
-				}
-				for _, i := range confIdx {
-					holders[i].Add(-1)
-				}
-				errs = make([]error, len(conf))
-				if err := s.ConfirmBatch(ctx, conf, errs); err != nil {
-					t.Errorf("worker %d: ConfirmBatch: %v", w, err)
-					return
-				}
-				for j, err := range errs {
-					if err != nil {
-						t.Errorf("worker %d: confirm %s: %v", w, conf[j].Key.ID, err)
-						continue
-					}
-					confirmed[confIdx[j]].Add(1)
-				}
-			}
-		}()
-	}
-	testwait.Group(t, &wg, 3*time.Minute, "the end of the batch workers")
-	for i := range nkeys {
-		if n := confirmed[i].Load(); n != 1 {
-			t.Errorf("key %d confirmed %d times, want 1", i, n)
-		}
-	}
-	for i := range nkeys {
-		if ok, err := s.IsConfirmed(ctx, key(i)); err != nil || !ok {
-			t.Errorf("IsConfirmed(key %d) = %v, %v", i, ok, err)
-		}
 	}
 }
 

@@ -3,7 +3,9 @@ package storetest
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +38,7 @@ func (s *suite) batchCases() []batchCase {
 		{"Batch/Expiry/RetentionForgets", s.testBatchRetention, ""},
 		{"Batch/Large", s.testBatchLarge, ""},
 		{"Batch/Race", s.testBatchRace, ""},
+		{"Batch/Concurrent", s.testBatchConcurrent, ""},
 		{"Batch/Context/Cancelled", s.testBatchCancelled, ""},
 		{"Batch/Closed", s.testBatchClosed, ""},
 		{"Batch/Fault/Unreachable", s.testBatchUnreachable, notIf(s.caps.Unreachable == nil, "it has no server (Capabilities.Unreachable is nil)")},
@@ -447,6 +450,116 @@ func (s *suite) testBatchRace(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("key %d: %d winners, want exactly 1", i, n)
 		}
+	}
+}
+
+// testBatchConcurrent: goroutines try-claim overlapping batches of keys in
+// different orders (so a backend's row locks could cross), confirm or
+// release what they claimed and retry what was in progress, until every
+// key is confirmed. Each key is confirmed by exactly one holder, no two
+// claims of a key are ever held at once, and no batch fails (a deadlock
+// would).
+func (s *suite) testBatchConcurrent(t *testing.T) {
+	const (
+		nkeys   = 300
+		size    = 48
+		workers = 8
+	)
+	e := s.newEnv(t, longTTL, longRetention)
+	b := e.batch()
+	index := make(map[string]int, nkeys) // key id → its index; read only
+	for i := range nkeys {
+		index["conc-"+itoa(i)] = i
+	}
+	var (
+		holders   [nkeys]atomic.Int32
+		confirmed [nkeys]atomic.Int32
+		wg        sync.WaitGroup
+	)
+	deadline := time.Now().Add(waitDeadline)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				var todo []int
+				for i := range nkeys {
+					if confirmed[i].Load() == 0 {
+						todo = append(todo, i)
+					}
+				}
+				if len(todo) == 0 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("worker %d: %d keys not confirmed within %v", w, len(todo), waitDeadline)
+					return
+				}
+				rng.Shuffle(len(todo), func(a, b int) { todo[a], todo[b] = todo[b], todo[a] })
+				todo = todo[:min(size, len(todo))]
+				keys := make([]idempotency.Key, len(todo))
+				for j, i := range todo {
+					keys[j] = e.key("conc-" + itoa(i))
+				}
+				res := make([]idempotency.ClaimResult, len(keys))
+				if err := b.TryClaimBatch(e.ctx, keys, res); err != nil {
+					t.Errorf("worker %d: TryClaimBatch: %v", w, err)
+					return
+				}
+				var conf, rel []idempotency.Claim
+				for j, r := range res {
+					if r.Err != nil {
+						t.Errorf("worker %d: key %d: %v", w, todo[j], r.Err)
+						return
+					}
+					if r.Outcome != idempotency.Claimed {
+						continue
+					}
+					if n := holders[todo[j]].Add(1); n != 1 {
+						t.Errorf("key %d held by %d claims at once", todo[j], n)
+					}
+					if rng.IntN(4) == 0 {
+						rel = append(rel, r.Claim)
+					} else {
+						conf = append(conf, r.Claim)
+					}
+				}
+				// Holders are counted down before the store hears of it,
+				// so a count above one is a real overlap.
+				for _, c := range rel {
+					holders[index[c.Key.ID]].Add(-1)
+				}
+				for _, c := range conf {
+					holders[index[c.Key.ID]].Add(-1)
+				}
+				for _, op := range []struct {
+					name   string
+					claims []idempotency.Claim
+					f      func(context.Context, []idempotency.Claim, []error) error
+				}{{"ReleaseBatch", rel, b.ReleaseBatch}, {"ConfirmBatch", conf, b.ConfirmBatch}} {
+					errs := make([]error, len(op.claims))
+					if err := op.f(e.ctx, op.claims, errs); err != nil {
+						t.Errorf("worker %d: %s: %v", w, op.name, err)
+						return
+					}
+					for j, err := range errs {
+						if err != nil {
+							t.Errorf("worker %d: %s entry %d (%s): %v", w, op.name, j, op.claims[j].Key.ID, err)
+						} else if op.name == "ConfirmBatch" {
+							confirmed[index[op.claims[j].Key.ID]].Add(1)
+						}
+					}
+				}
+			}
+		}()
+	}
+	testwait.Group(t, &wg, waitDeadline+testwait.Long, "the end of the "+itoa(workers)+" batch workers")
+	for i := range nkeys {
+		if n := confirmed[i].Load(); n != 1 {
+			t.Fatalf("key %d confirmed %d times, want 1", i, n)
+		}
+		e.isConfirmed(e.key("conc-"+itoa(i)), true)
 	}
 }
 
