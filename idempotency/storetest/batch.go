@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,8 +148,9 @@ func wantErrs(t *testing.T, op string, errs, want []error) {
 
 // testBatchDuplicates: a key repeated inside one batch is answered as a
 // sequence of single calls would be: the first occurrence claims, later
-// ones see InProgress; a claim confirmed or released twice in one batch
-// succeeds once and is lost the second time.
+// ones see InProgress, a key confirmed or held before the batch keeps its
+// answer at every occurrence; a claim confirmed or released twice in one
+// batch succeeds once and is lost the second time.
 func (s *suite) testBatchDuplicates(t *testing.T) {
 	e := s.newEnv(t, longTTL, longRetention)
 	a, b := e.key("a"), e.key("b")
@@ -182,6 +184,33 @@ func (s *suite) testBatchDuplicates(t *testing.T) {
 	// A claim from a batch works with the single-key calls.
 	expectErr(t, "Confirm", e.s.Confirm(e.ctx, res[0].Claim), nil)
 	e.isConfirmed(b, true)
+
+	// Keys confirmed or held before the batch, repeated around a new key
+	// and an invalid one, keep their answers; a claim repeated among a
+	// tokenless and a forged claim of the same keys confirms once.
+	done, held, fresh, x := e.key("done"), e.key("held"), e.key("fresh"), e.key("x")
+	expectErr(t, "Confirm done", e.s.Confirm(e.ctx, e.tryClaim(done, idempotency.Claimed)), nil)
+	e.tryClaim(held, idempotency.Claimed)
+	bad := idempotency.Key{Namespace: e.ns}
+	start = time.Now()
+	res = e.tryClaimBatch(fresh, done, fresh, held, bad, done, held, fresh)
+	for i, w := range []struct {
+		k   idempotency.Key
+		o   idempotency.Outcome
+		err error
+	}{
+		{fresh, idempotency.Claimed, nil}, {done, idempotency.AlreadyConfirmed, nil},
+		{fresh, idempotency.InProgress, nil}, {held, idempotency.InProgress, nil},
+		{bad, 0, idempotency.ErrInvalidKey}, {done, idempotency.AlreadyConfirmed, nil},
+		{held, idempotency.InProgress, nil}, {fresh, idempotency.InProgress, nil},
+	} {
+		e.wantResult(i, res[i], w.k, w.o, w.err, start)
+	}
+	c := res[0].Claim
+	wantErrs(t, "ConfirmBatch with repeats", e.settleBatch(true, c, c, idempotency.Claim{Key: x}, idempotency.Claim{Key: fresh, Token: claimkit.NewToken()}),
+		[]error{nil, idempotency.ErrClaimLost, idempotency.ErrClaimLost, idempotency.ErrClaimLost})
+	e.isConfirmed(fresh, true)
+	e.isConfirmed(x, false)
 }
 
 // testBatchInvalidKey: an invalid key fails only its own entry; the
@@ -660,7 +689,10 @@ func (s *suite) testBatchModel(t *testing.T) {
 	}
 	rapid.Check(t, func(rt *rapid.T) {
 		ns := "model-" + randHex(6)
-		keys := []idempotency.Key{{Namespace: ns, ID: "a"}, {Namespace: ns, ID: "b"}, {Namespace: ns, ID: "c"}, {Namespace: ns}}
+		// The last two: an invalid key, and one longer than any index
+		// (stored hashed).
+		keys := []idempotency.Key{{Namespace: ns, ID: "a"}, {Namespace: ns, ID: "b"}, {Namespace: ns, ID: "c"}, {Namespace: ns},
+			{Namespace: ns, ID: strings.Repeat("long", claimkit.DefaultMaxKeyLength/4+1)}}
 		model := map[idempotency.Key]entry{}
 		// Every claim handed out, stale ones too, and forged ones: a token
 		// never issued, one on the invalid key, and none at all.
@@ -733,7 +765,7 @@ func (s *suite) testBatchModel(t *testing.T) {
 			return want == nil && err == nil || want != nil && errors.Is(err, want)
 		}
 		pickClaims := func(label string) []idempotency.Claim {
-			n := rapid.IntRange(0, 5).Draw(rt, label+"-size")
+			n := rapid.IntRange(0, 8).Draw(rt, label+"-size")
 			cs := make([]idempotency.Claim, n)
 			for i := range cs {
 				cs[i] = claims[rapid.IntRange(0, len(claims)-1).Draw(rt, label)]
@@ -744,7 +776,7 @@ func (s *suite) testBatchModel(t *testing.T) {
 		for range n {
 			switch op := rapid.SampledFrom(ops).Draw(rt, "op"); op {
 			case "tryBatch":
-				ks := rapid.SliceOfN(rapid.SampledFrom(keys), 0, 6).Draw(rt, "keys")
+				ks := rapid.SliceOfN(rapid.SampledFrom(keys), 0, 10).Draw(rt, "keys")
 				res := make([]idempotency.ClaimResult, len(ks))
 				start := time.Now()
 				if err := b.TryClaimBatch(ctx, ks, res); err != nil {
