@@ -383,3 +383,81 @@ func TestBatchMemberEndsTxWithStatement(t *testing.T) {
 		}
 	})
 }
+
+// TestBatchMemberLockWaitTimesOut: a batch member's INSERT waits on the
+// unique index for another process's uncommitted delivery of its key
+// until the member's context ends. That member alone is requeued (its
+// savepoint rolled back); the member before it in the batch commits and
+// is acknowledged, and the other process's delivery commits too. The
+// wait is cancelled on the server, on the statement alone
+// (pg_cancel_backend on PostgreSQL, KILL QUERY on MySQL): cancelling it
+// by closing the connection would roll the whole batch back and requeue
+// the member before it.
+func TestBatchMemberLockWaitTimesOut(t *testing.T) {
+	for _, d := range []struct {
+		name string
+		new  func(t testing.TB) *backend
+	}{
+		{"postgres", func(t testing.TB) *backend { return newPostgres(t, false) }},
+		{"mysql", newMySQL},
+	} {
+		t.Run(d.name, func(t *testing.T) { testBatchMemberLockWaitTimesOut(t, d.new(t)) })
+	}
+}
+
+func testBatchMemberLockWaitTimesOut(t *testing.T, b *backend) {
+	other := b.newInbox(t, inbox.Options{})
+	ib, err := inbox.New(context.Background(), b.open(t), inbox.Options{Dialect: b.dialect, Table: b.table, Lanes: 1, MaxBatch: 63, Linger: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, x := "lw-"+randHex(6), "lx-"+randHex(6)
+	apply := func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error { return b.apply(ctx, tx, m.Key, "ok") }
+	inA, releaseA := make(chan struct{}), make(chan struct{})
+	doneA := make(chan receiver.Result, 1)
+	go func() {
+		doneA <- process(t, newReceiver(t, other, nil), msg(k), inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+			if err := apply(ctx, tx, m); err != nil {
+				return err
+			}
+			close(inA)
+			<-releaseA
+			return nil
+		}))
+	}()
+	<-inA
+	r := newReceiver(t, ib, nil)
+	done0, in0 := make(chan receiver.Result, 1), make(chan struct{})
+	go func() {
+		done0 <- process(t, r, msg(x), inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+			close(in0)
+			for deadline := time.Now().Add(30 * time.Second); inbox.Waiting(ib) != 1 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			return apply(ctx, tx, m)
+		}))
+	}()
+	<-in0 // the member before holds the lane
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	res1 := r.Process(ctx, msg(k), inbox.Handler(func(context.Context, *sql.Tx, *receiver.Message) error {
+		t.Error("the member whose INSERT waited ran its handler")
+		return nil
+	}))
+	cancel()
+	if res1.Action != receiver.Requeue || !errors.Is(res1.Err, context.DeadlineExceeded) {
+		t.Errorf("the waiting member: %v (%s, %v); want a requeue at its deadline", res1.Action, res1.Reason, res1.Err)
+	}
+	if res0 := <-done0; res0.Action != receiver.Ack || res0.Duplicate {
+		t.Errorf("the member before it: %v (%s, %v); want an ack of new work", res0.Action, res0.Reason, res0.Err)
+	}
+	if !contains(t, ib, x) || b.applied(t, x) != 1 {
+		t.Errorf("the member before it: recorded %v, applied %d; want committed once", contains(t, ib, x), b.applied(t, x))
+	}
+	close(releaseA)
+	if resA := <-doneA; resA.Action != receiver.Ack {
+		t.Errorf("the other process's delivery: %v (%s, %v); want an ack", resA.Action, resA.Reason, resA.Err)
+	}
+	if n := b.applied(t, k); n != 1 {
+		t.Errorf("%s applied %d times; want once", k, n)
+	}
+}

@@ -16,35 +16,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// TestMySQLKeysAreBytes: keys that a utf8mb4 collation would take for one
-// (case, trailing spaces, accents) are different keys: each runs once,
-// and each one's redelivery is its own duplicate.
-func TestMySQLKeysAreBytes(t *testing.T) {
-	b := newMySQL(t)
-	ib := b.newInbox(t, inbox.Options{})
-	keys := []string{"key", "Key", "KEY", "key ", "kéy", "ke\u0301y"}
-	for round, wantDup := range []bool{false, true} {
-		r := newReceiver(t, ib, nil)
-		for _, k := range keys {
-			res := process(t, r, msg(k), inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
-				return b.apply(ctx, tx, m.Key, "ok")
-			}))
-			if res.Action != receiver.Ack || res.Duplicate != wantDup {
-				t.Errorf("round %d, key %q: %v duplicate=%v (%s %v); want ack, duplicate=%v", round, k, res.Action, res.Duplicate, res.Reason, res.Err, wantDup)
-			}
-		}
-	}
-	// The effects table's own VARCHAR key folds case; count the keys the
-	// inbox recorded instead.
-	var n int
-	if err := b.db.QueryRow(`SELECT COUNT(*) FROM ` + b.table).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != len(keys) {
-		t.Errorf("%d keys recorded, want %d", n, len(keys))
-	}
-}
-
 // TestMySQLNewRefuses: a table without transactions (MyISAM), a
 // connection that reports found rows instead of changed ones, and keys
 // longer than the columns hold are refused at New, each of which would

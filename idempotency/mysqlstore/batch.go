@@ -1,20 +1,52 @@
 package mysqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
 )
 
+// batchItem is one entry of a batch: its position and storage key.
+type batchItem struct {
+	i  int
+	sk string
+}
+
+// lockOrder returns the valid entries of a batch sorted by storage key,
+// then by position (so the first of equal keys runs first, as in slice
+// order), and calls bad for each invalid one. Visiting the rows in one
+// order for every batch means two batches never hold one row each of
+// two the other wants.
+func (s *Store) lockOrder(n int, key func(int) idempotency.Key, bad func(int, error)) []batchItem {
+	items := make([]batchItem, 0, n)
+	for i := range n {
+		sk, err := s.storageKey(key(i))
+		if err != nil {
+			bad(i, err)
+			continue
+		}
+		items = append(items, batchItem{i, sk})
+	}
+	slices.SortFunc(items, func(a, b batchItem) int {
+		return cmp.Or(cmp.Compare(a.sk, b.sk), cmp.Compare(a.i, b.i))
+	})
+	return items
+}
+
 // TryClaimBatch implements idempotency.BatchStore: the keys are claimed
-// in slice order in one transaction, so the batch costs one COMMIT (one
-// redo-log flush) instead of one per key. Its row locks are held until
-// that COMMIT. A failed batch (a deadlock with another batch, error 1213,
-// included) returns the error; its claims were rolled back.
+// in one transaction, so the batch costs one COMMIT (one redo-log flush)
+// instead of one per key. Its row locks are held until that COMMIT and
+// are taken in storage-key order (each key's answer is still the one slice
+// order gives: only earlier entries of the same key bear on it), so
+// batches do not deadlock each other. A failed batch (a deadlock with
+// another kind of transaction, error 1213, included) returns the error;
+// its claims were rolled back.
 func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res []idempotency.ClaimResult) error {
 	if len(res) != len(keys) {
 		return errors.New("idempotency: mysql try-claim-batch: len(res) != len(keys)")
@@ -22,17 +54,16 @@ func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
+	for i := range res {
+		res[i] = idempotency.ClaimResult{}
+	}
+	items := s.lockOrder(len(keys), func(i int) idempotency.Key { return keys[i] }, func(i int, err error) { res[i].Err = err })
 	start := time.Now()
 	return s.inTx(ctx, "try-claim-batch", func(tx *sql.Tx) error {
-		for i, k := range keys {
-			res[i] = idempotency.ClaimResult{}
-			sk, err := s.storageKey(k)
-			if err != nil {
-				res[i].Err = err
-				continue
-			}
+		for _, it := range items {
+			r := &res[it.i]
 			token := claimkit.NewToken()
-			if _, err := tx.ExecContext(ctx, s.sqlClaim, sk, token, s.claimUS); err != nil {
+			if _, err := tx.ExecContext(ctx, s.sqlClaim, it.sk, token, s.claimUS); err != nil {
 				return err
 			}
 			var (
@@ -43,31 +74,33 @@ func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 			// the snapshot of the batch's first read, which misses a row
 			// another transaction committed since (the one the claim
 			// above waited for).
-			err = tx.QueryRowContext(ctx, s.sqlState+` FOR UPDATE`, sk).Scan(&state, &owner, &live)
+			err := tx.QueryRowContext(ctx, s.sqlState+` FOR UPDATE`, it.sk).Scan(&state, &owner, &live)
 			switch {
 			case err != nil:
 				return err
 			case owner == token && state == "claimed":
-				res[i].Outcome = idempotency.Claimed
-				res[i].Claim = idempotency.Claim{Key: k, Token: token, Expires: start.Add(s.o.ClaimTTL)}
+				r.Outcome = idempotency.Claimed
+				r.Claim = idempotency.Claim{Key: keys[it.i], Token: token, Expires: start.Add(s.o.ClaimTTL)}
 			case state == "confirmed" && live:
-				res[i].Outcome = idempotency.AlreadyConfirmed
+				r.Outcome = idempotency.AlreadyConfirmed
 			default:
-				res[i].Outcome = idempotency.InProgress
+				r.Outcome = idempotency.InProgress
 			}
 		}
 		return nil
 	})
 }
 
-// ConfirmBatch implements idempotency.BatchStore: one transaction;
-// errs[i] is ErrClaimLost for a claim the row no longer holds.
+// ConfirmBatch implements idempotency.BatchStore: one transaction, its
+// rows locked in storage-key order; errs[i] is ErrClaimLost for a claim
+// the row no longer holds.
 func (s *Store) ConfirmBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
 	return s.settleBatch(ctx, "confirm-batch", s.sqlConfirm, true, claims, errs)
 }
 
-// ReleaseBatch implements idempotency.BatchStore: one transaction;
-// errs[i] is ErrClaimLost for a claim the row no longer holds.
+// ReleaseBatch implements idempotency.BatchStore: one transaction, its
+// rows locked in storage-key order; errs[i] is ErrClaimLost for a claim
+// the row no longer holds.
 func (s *Store) ReleaseBatch(ctx context.Context, claims []idempotency.Claim, errs []error) error {
 	return s.settleBatch(ctx, "release-batch", s.sqlRelease, false, claims, errs)
 }
@@ -79,19 +112,18 @@ func (s *Store) settleBatch(ctx context.Context, op, q string, retain bool, clai
 	if err := s.begin(ctx); err != nil {
 		return err
 	}
+	for i := range errs {
+		errs[i] = nil
+	}
+	items := s.lockOrder(len(claims), func(i int) idempotency.Key { return claims[i].Key }, func(i int, err error) { errs[i] = err })
 	return s.inTx(ctx, op, func(tx *sql.Tx) error {
-		for i, c := range claims {
-			errs[i] = nil
-			sk, err := s.storageKey(c.Key)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
+		for _, it := range items {
+			c := claims[it.i]
 			if c.Token == "" {
-				errs[i] = idempotency.ErrClaimLost
+				errs[it.i] = idempotency.ErrClaimLost
 				continue
 			}
-			args := []any{sk, c.Token}
+			args := []any{it.sk, c.Token}
 			if retain {
 				args = append([]any{s.retainUS}, args...)
 			}
@@ -104,7 +136,7 @@ func (s *Store) settleBatch(ctx context.Context, op, q string, retain bool, clai
 				return err
 			}
 			if n != 1 {
-				errs[i] = idempotency.ErrClaimLost
+				errs[it.i] = idempotency.ErrClaimLost
 			}
 		}
 		return nil

@@ -118,22 +118,6 @@ func TestMySQLConformance(t *testing.T) {
 	})
 }
 
-// TestMySQLKeysAreBytes: keys a utf8mb4 collation would take for one are
-// claimed separately.
-func TestMySQLKeysAreBytes(t *testing.T) {
-	s, _ := newStore(t, idempotency.Options{})
-	ctx := testwait.Context(t, time.Minute)
-	for _, k := range []string{"key", "Key", "key ", "kéy"} {
-		out, c, err := s.TryClaim(ctx, idempotency.Key{Namespace: "/queue/a", ID: k})
-		if err != nil || out != idempotency.Claimed {
-			t.Fatalf("TryClaim(%q) = %v, %v; want a claim of its own", k, out, err)
-		}
-		if err := s.Confirm(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestMySQLRefuses: a MyISAM table, a key length over the column and a
 // bad table name are refused.
 func TestMySQLRefuses(t *testing.T) {

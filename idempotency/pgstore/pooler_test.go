@@ -83,23 +83,6 @@ func dropTable(t testing.TB, rawURL, table string) {
 	}
 }
 
-// TestPostgresPoolerBatchConcurrent: the concurrent batch run (overlapping
-// batches, confirms, releases; every key confirmed exactly once) through
-// the pooler, where every statement may land on another server connection.
-func TestPostgresPoolerBatchConcurrent(t *testing.T) {
-	raw := poolerURL(t, "default_query_exec_mode=exec", "pool_max_conns=8")
-	table := "msgaudit_pooler_" + storetestkit.Hex(8)
-	s, err := pgstore.Open(testwait.Context(t, time.Minute), storetestkit.WithQuery(raw, "msgaudit_table="+table), pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.Close()
-		dropTable(t, raw, table)
-	})
-	runBatchWorkers(t, s, 8)
-}
-
 // TestPostgresPoolerDefaultModeFails pins down why the URL parameter is
 // needed: with pgx's default mode (named prepared statements cached per
 // client connection), PgBouncer 1.18 in transaction mode runs a statement

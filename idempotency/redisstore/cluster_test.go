@@ -135,18 +135,6 @@ func TestClusterConformance(t *testing.T) {
 	})
 }
 
-// TestClusterBatchMatchesSingles: on the cluster, whose pipelines a batch
-// splits by node, each batch answer still equals the single-key call's in
-// slice order.
-func TestClusterBatchMatchesSingles(t *testing.T) {
-	clusterTestURL(t)
-	storetestkit.LockService(t, clusterLock, false)
-	o := idempotency.Options{ClaimTTL: time.Hour, Retention: 2 * time.Hour}
-	batched, _ := openClusterStore(t, o, "")
-	single, _ := openClusterStore(t, o, "")
-	checkBatchAgainstSingles(t, batched, single)
-}
-
 // TestClusterKeysSpreadOverMasters: the store's keys are plain prefix +
 // storage key, no hash tags, so they spread over every master, and a batch
 // of keys on different masters is answered in full.

@@ -3,7 +3,10 @@ package storetest
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,8 +34,12 @@ func (s *suite) batchCases() []batchCase {
 		{"Batch/InvalidKey", s.testBatchInvalidKey, ""},
 		{"Batch/ClaimLost", s.testBatchClaimLost, ""},
 		{"Batch/Empty", s.testBatchEmpty, ""},
+		{"Batch/Lengths", s.testBatchLengths, ""},
+		{"Batch/Expiry/TakeOver", s.testBatchTakeOver, ""},
+		{"Batch/Expiry/RetentionForgets", s.testBatchRetention, ""},
 		{"Batch/Large", s.testBatchLarge, ""},
 		{"Batch/Race", s.testBatchRace, ""},
+		{"Batch/Concurrent", s.testBatchConcurrent, ""},
 		{"Batch/Context/Cancelled", s.testBatchCancelled, ""},
 		{"Batch/Closed", s.testBatchClosed, ""},
 		{"Batch/Fault/Unreachable", s.testBatchUnreachable, notIf(s.caps.Unreachable == nil, "it has no server (Capabilities.Unreachable is nil)")},
@@ -141,8 +148,9 @@ func wantErrs(t *testing.T, op string, errs, want []error) {
 
 // testBatchDuplicates: a key repeated inside one batch is answered as a
 // sequence of single calls would be: the first occurrence claims, later
-// ones see InProgress; a claim confirmed or released twice in one batch
-// succeeds once and is lost the second time.
+// ones see InProgress, a key confirmed or held before the batch keeps its
+// answer at every occurrence; a claim confirmed or released twice in one
+// batch succeeds once and is lost the second time.
 func (s *suite) testBatchDuplicates(t *testing.T) {
 	e := s.newEnv(t, longTTL, longRetention)
 	a, b := e.key("a"), e.key("b")
@@ -176,6 +184,33 @@ func (s *suite) testBatchDuplicates(t *testing.T) {
 	// A claim from a batch works with the single-key calls.
 	expectErr(t, "Confirm", e.s.Confirm(e.ctx, res[0].Claim), nil)
 	e.isConfirmed(b, true)
+
+	// Keys confirmed or held before the batch, repeated around a new key
+	// and an invalid one, keep their answers; a claim repeated among a
+	// tokenless and a forged claim of the same keys confirms once.
+	done, held, fresh, x := e.key("done"), e.key("held"), e.key("fresh"), e.key("x")
+	expectErr(t, "Confirm done", e.s.Confirm(e.ctx, e.tryClaim(done, idempotency.Claimed)), nil)
+	e.tryClaim(held, idempotency.Claimed)
+	bad := idempotency.Key{Namespace: e.ns}
+	start = time.Now()
+	res = e.tryClaimBatch(fresh, done, fresh, held, bad, done, held, fresh)
+	for i, w := range []struct {
+		k   idempotency.Key
+		o   idempotency.Outcome
+		err error
+	}{
+		{fresh, idempotency.Claimed, nil}, {done, idempotency.AlreadyConfirmed, nil},
+		{fresh, idempotency.InProgress, nil}, {held, idempotency.InProgress, nil},
+		{bad, 0, idempotency.ErrInvalidKey}, {done, idempotency.AlreadyConfirmed, nil},
+		{held, idempotency.InProgress, nil}, {fresh, idempotency.InProgress, nil},
+	} {
+		e.wantResult(i, res[i], w.k, w.o, w.err, start)
+	}
+	c := res[0].Claim
+	wantErrs(t, "ConfirmBatch with repeats", e.settleBatch(true, c, c, idempotency.Claim{Key: x}, idempotency.Claim{Key: fresh, Token: claimkit.NewToken()}),
+		[]error{nil, idempotency.ErrClaimLost, idempotency.ErrClaimLost, idempotency.ErrClaimLost})
+	e.isConfirmed(fresh, true)
+	e.isConfirmed(x, false)
 }
 
 // testBatchInvalidKey: an invalid key fails only its own entry; the
@@ -255,6 +290,105 @@ func (s *suite) testBatchEmpty(t *testing.T) {
 	expectErr(t, "ReleaseBatch(nil)", b.ReleaseBatch(e.ctx, nil, nil), nil)
 	expectErr(t, "ReleaseBatch(empty)", b.ReleaseBatch(e.ctx, []idempotency.Claim{}, []error{}), nil)
 	e.tryClaim(e.key("m1"), idempotency.Claimed)
+}
+
+// testBatchLengths: result slices whose length differs from the batch's
+// fail the call as a whole and change nothing.
+func (s *suite) testBatchLengths(t *testing.T) {
+	e := s.newEnv(t, longTTL, longRetention)
+	b := e.batch()
+	k1, k2 := e.key("m1"), e.key("m2")
+	held := e.key("held")
+	c := e.tryClaim(held, idempotency.Claimed)
+	keys := []idempotency.Key{k1, k2}
+	if err := b.TryClaimBatch(e.ctx, keys, make([]idempotency.ClaimResult, 1)); err == nil {
+		t.Fatal("TryClaimBatch with 1 result for 2 keys: nil error")
+	}
+	if err := b.TryClaimBatch(e.ctx, keys[:1], make([]idempotency.ClaimResult, 2)); err == nil {
+		t.Fatal("TryClaimBatch with 2 results for 1 key: nil error")
+	}
+	if err := b.TryClaimBatch(e.ctx, keys, nil); err == nil {
+		t.Fatal("TryClaimBatch with no results for 2 keys: nil error")
+	}
+	claims := []idempotency.Claim{c, c}
+	for _, op := range []struct {
+		name string
+		f    func(context.Context, []idempotency.Claim, []error) error
+	}{{"ConfirmBatch", b.ConfirmBatch}, {"ReleaseBatch", b.ReleaseBatch}} {
+		if err := op.f(e.ctx, claims[:1], nil); err == nil {
+			t.Fatalf("%s with no error slot for 1 claim: nil error", op.name)
+		}
+		if err := op.f(e.ctx, claims[:1], make([]error, 2)); err == nil {
+			t.Fatalf("%s with 2 error slots for 1 claim: nil error", op.name)
+		}
+		if err := op.f(e.ctx, claims, make([]error, 1)); err == nil {
+			t.Fatalf("%s with 1 error slot for 2 claims: nil error", op.name)
+		}
+	}
+	// Nothing changed: the keys are free, the claim is still held.
+	e.isConfirmed(held, false)
+	e.tryClaim(held, idempotency.InProgress)
+	e.tryClaim(k1, idempotency.Claimed)
+	e.tryClaim(k2, idempotency.Claimed)
+	expectErr(t, "Confirm", e.s.Confirm(e.ctx, c), nil)
+}
+
+// testBatchTakeOver: TryClaimBatch takes over expired claims like
+// TryClaim does, with new tokens; the lapsed holders' ConfirmBatch and
+// ReleaseBatch get ErrClaimLost and leave the new claims intact.
+func (s *suite) testBatchTakeOver(t *testing.T) {
+	e, unit := s.expiryEnv(t, 1, 100)
+	a, b := e.key("a"), e.key("b")
+	start := time.Now()
+	old := e.tryClaimBatch(a, b)
+	e.wantResult(0, old[0], a, idempotency.Claimed, nil, start)
+	e.wantResult(1, old[1], b, idempotency.Claimed, nil, start)
+	e.wait(unit + unit/4)
+	start = time.Now()
+	cur := e.tryClaimBatch(a, b, a)
+	e.wantResult(0, cur[0], a, idempotency.Claimed, nil, start)
+	e.wantResult(1, cur[1], b, idempotency.Claimed, nil, start)
+	e.wantResult(2, cur[2], a, idempotency.InProgress, nil, start)
+	for i := range 2 {
+		if cur[i].Claim.Token == old[i].Claim.Token {
+			t.Fatalf("take-over of key %d reused token %q", i, old[i].Claim.Token)
+		}
+	}
+	wantErrs(t, "lapsed ConfirmBatch", e.settleBatch(true, old[0].Claim), []error{idempotency.ErrClaimLost})
+	wantErrs(t, "lapsed ReleaseBatch", e.settleBatch(false, old[1].Claim), []error{idempotency.ErrClaimLost})
+	e.isConfirmed(a, false)
+	e.tryClaim(a, idempotency.InProgress)
+	e.tryClaim(b, idempotency.InProgress)
+	wantErrs(t, "new holders' ConfirmBatch", e.settleBatch(true, cur[0].Claim, cur[1].Claim), []error{nil, nil})
+	e.isConfirmed(a, true)
+	e.isConfirmed(b, true)
+}
+
+// testBatchRetention: a confirmation made by ConfirmBatch outlives the
+// claim TTL (a redelivery then is a duplicate, whether it is asked alone or
+// in a batch) and is forgotten after the retention period, exactly like
+// one made by Confirm.
+func (s *suite) testBatchRetention(t *testing.T) {
+	e, unit := s.expiryEnv(t, 1, 2)
+	a, b := e.key("a"), e.key("b")
+	start := time.Now()
+	res := e.tryClaimBatch(a, b)
+	e.wantResult(0, res[0], a, idempotency.Claimed, nil, start)
+	e.wantResult(1, res[1], b, idempotency.Claimed, nil, start)
+	wantErrs(t, "ConfirmBatch", e.settleBatch(true, res[0].Claim, res[1].Claim), []error{nil, nil})
+	e.wait(unit + unit/4) // past the claim TTL, within retention
+	e.isConfirmed(a, true)
+	e.tryClaim(a, idempotency.AlreadyConfirmed)
+	res = e.tryClaimBatch(b, a)
+	e.wantResult(0, res[0], b, idempotency.AlreadyConfirmed, nil, start)
+	e.wantResult(1, res[1], a, idempotency.AlreadyConfirmed, nil, start)
+	e.wait(unit) // past retention
+	e.isConfirmed(a, false)
+	e.isConfirmed(b, false)
+	start = time.Now()
+	res = e.tryClaimBatch(a, b)
+	e.wantResult(0, res[0], a, idempotency.Claimed, nil, start)
+	e.wantResult(1, res[1], b, idempotency.Claimed, nil, start)
 }
 
 // batchLarge is the size of the large batch: more than any default group
@@ -345,6 +479,116 @@ func (s *suite) testBatchRace(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("key %d: %d winners, want exactly 1", i, n)
 		}
+	}
+}
+
+// testBatchConcurrent: goroutines try-claim overlapping batches of keys in
+// different orders (so a backend's row locks could cross), confirm or
+// release what they claimed and retry what was in progress, until every
+// key is confirmed. Each key is confirmed by exactly one holder, no two
+// claims of a key are ever held at once, and no batch fails (a deadlock
+// would).
+func (s *suite) testBatchConcurrent(t *testing.T) {
+	const (
+		nkeys   = 300
+		size    = 48
+		workers = 8
+	)
+	e := s.newEnv(t, longTTL, longRetention)
+	b := e.batch()
+	index := make(map[string]int, nkeys) // key id → its index; read only
+	for i := range nkeys {
+		index["conc-"+itoa(i)] = i
+	}
+	var (
+		holders   [nkeys]atomic.Int32
+		confirmed [nkeys]atomic.Int32
+		wg        sync.WaitGroup
+	)
+	deadline := time.Now().Add(waitDeadline)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				var todo []int
+				for i := range nkeys {
+					if confirmed[i].Load() == 0 {
+						todo = append(todo, i)
+					}
+				}
+				if len(todo) == 0 {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("worker %d: %d keys not confirmed within %v", w, len(todo), waitDeadline)
+					return
+				}
+				rng.Shuffle(len(todo), func(a, b int) { todo[a], todo[b] = todo[b], todo[a] })
+				todo = todo[:min(size, len(todo))]
+				keys := make([]idempotency.Key, len(todo))
+				for j, i := range todo {
+					keys[j] = e.key("conc-" + itoa(i))
+				}
+				res := make([]idempotency.ClaimResult, len(keys))
+				if err := b.TryClaimBatch(e.ctx, keys, res); err != nil {
+					t.Errorf("worker %d: TryClaimBatch: %v", w, err)
+					return
+				}
+				var conf, rel []idempotency.Claim
+				for j, r := range res {
+					if r.Err != nil {
+						t.Errorf("worker %d: key %d: %v", w, todo[j], r.Err)
+						return
+					}
+					if r.Outcome != idempotency.Claimed {
+						continue
+					}
+					if n := holders[todo[j]].Add(1); n != 1 {
+						t.Errorf("key %d held by %d claims at once", todo[j], n)
+					}
+					if rng.IntN(4) == 0 {
+						rel = append(rel, r.Claim)
+					} else {
+						conf = append(conf, r.Claim)
+					}
+				}
+				// Holders are counted down before the store hears of it,
+				// so a count above one is a real overlap.
+				for _, c := range rel {
+					holders[index[c.Key.ID]].Add(-1)
+				}
+				for _, c := range conf {
+					holders[index[c.Key.ID]].Add(-1)
+				}
+				for _, op := range []struct {
+					name   string
+					claims []idempotency.Claim
+					f      func(context.Context, []idempotency.Claim, []error) error
+				}{{"ReleaseBatch", rel, b.ReleaseBatch}, {"ConfirmBatch", conf, b.ConfirmBatch}} {
+					errs := make([]error, len(op.claims))
+					if err := op.f(e.ctx, op.claims, errs); err != nil {
+						t.Errorf("worker %d: %s: %v", w, op.name, err)
+						return
+					}
+					for j, err := range errs {
+						if err != nil {
+							t.Errorf("worker %d: %s entry %d (%s): %v", w, op.name, j, op.claims[j].Key.ID, err)
+						} else if op.name == "ConfirmBatch" {
+							confirmed[index[op.claims[j].Key.ID]].Add(1)
+						}
+					}
+				}
+			}
+		}()
+	}
+	testwait.Group(t, &wg, waitDeadline+testwait.Long, "the end of the "+itoa(workers)+" batch workers")
+	for i := range nkeys {
+		if n := confirmed[i].Load(); n != 1 {
+			t.Fatalf("key %d confirmed %d times, want 1", i, n)
+		}
+		e.isConfirmed(e.key("conc-"+itoa(i)), true)
 	}
 }
 
@@ -445,11 +689,17 @@ func (s *suite) testBatchModel(t *testing.T) {
 	}
 	rapid.Check(t, func(rt *rapid.T) {
 		ns := "model-" + randHex(6)
-		keys := []idempotency.Key{{Namespace: ns, ID: "a"}, {Namespace: ns, ID: "b"}, {Namespace: ns, ID: "c"}, {Namespace: ns}}
+		// The last two: an invalid key, and one longer than any index
+		// (stored hashed).
+		keys := []idempotency.Key{{Namespace: ns, ID: "a"}, {Namespace: ns, ID: "b"}, {Namespace: ns, ID: "c"}, {Namespace: ns},
+			{Namespace: ns, ID: strings.Repeat("long", claimkit.DefaultMaxKeyLength/4+1)}}
 		model := map[idempotency.Key]entry{}
-		var claims []idempotency.Claim // every claim handed out, stale ones too, and a forged one
+		// Every claim handed out, stale ones too, and forged ones: a token
+		// never issued, one on the invalid key, and none at all.
+		var claims []idempotency.Claim
 		claims = append(claims, idempotency.Claim{Key: keys[0], Token: claimkit.NewToken()},
-			idempotency.Claim{Key: keys[3], Token: claimkit.NewToken()})
+			idempotency.Claim{Key: keys[3], Token: claimkit.NewToken()},
+			idempotency.Claim{Key: keys[1]})
 		ctx := e.ctx
 		now := func() time.Time {
 			if e.clock != nil {
@@ -515,7 +765,7 @@ func (s *suite) testBatchModel(t *testing.T) {
 			return want == nil && err == nil || want != nil && errors.Is(err, want)
 		}
 		pickClaims := func(label string) []idempotency.Claim {
-			n := rapid.IntRange(0, 5).Draw(rt, label+"-size")
+			n := rapid.IntRange(0, 8).Draw(rt, label+"-size")
 			cs := make([]idempotency.Claim, n)
 			for i := range cs {
 				cs[i] = claims[rapid.IntRange(0, len(claims)-1).Draw(rt, label)]
@@ -526,7 +776,7 @@ func (s *suite) testBatchModel(t *testing.T) {
 		for range n {
 			switch op := rapid.SampledFrom(ops).Draw(rt, "op"); op {
 			case "tryBatch":
-				ks := rapid.SliceOfN(rapid.SampledFrom(keys), 0, 6).Draw(rt, "keys")
+				ks := rapid.SliceOfN(rapid.SampledFrom(keys), 0, 10).Draw(rt, "keys")
 				res := make([]idempotency.ClaimResult, len(ks))
 				start := time.Now()
 				if err := b.TryClaimBatch(ctx, ks, res); err != nil {
