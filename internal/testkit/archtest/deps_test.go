@@ -61,7 +61,7 @@ var layers = map[string]float64{
 	// What the transports share beside the pipeline.
 	"internal/consumerkit": 3.2,
 	// The transactional inbox (database/sql, no driver).
-	"internal/inboxsql": 3.5, "internal/inboxlane": 3.5, "inbox": 4,
+	"internal/inboxsql": 3.5, "internal/inboxlane": 3.5, "internal/inboxcore": 3.6, "inbox": 4,
 	// Backends: one driver each, never each other.
 	"internal/metaurl":              4.5,
 	"internal/storeconn":            4.5,
