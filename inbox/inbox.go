@@ -17,6 +17,7 @@ import (
 	"github.com/acemq/msgaudit/internal/inboxsql"
 	"github.com/acemq/msgaudit/internal/pgtable"
 	"github.com/acemq/msgaudit/internal/purgeloop"
+	"github.com/acemq/msgaudit/internal/sqldb"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -288,7 +289,7 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 	case MySQL:
 		pace = purgeloop.MySQL
 	}
-	ib.core = inboxcore.New(inboxcore.Config{DB: sqlDB{db}, SQL: st, Namespace: o.Namespace,
+	ib.core = inboxcore.New(inboxcore.Config{DB: sqldb.Std(db), SQL: st, Namespace: o.Namespace,
 		MaxKeyLength: o.MaxKeyLength, PurgeBatch: o.PurgeBatch, Retention: o.Retention, Pace: pace,
 		Count: ib.count, Lanes: ib.lanes, Sized: sized})
 	ib.core.StartPurge(o.PurgeInterval, "inbox "+o.Table, log)
@@ -757,18 +758,3 @@ func (ib *Inbox) Purge(ctx context.Context, olderThan time.Time) (n int64, err e
 
 // PurgeExpired deletes the rows older than Options.Retention (see Purge).
 func (ib *Inbox) PurgeExpired(ctx context.Context) (int64, error) { return ib.core.PurgeExpired(ctx) }
-
-// sqlDB runs the core's statements on database/sql.
-type sqlDB struct{ db *sql.DB }
-
-func (d sqlDB) QueryRow(ctx context.Context, q string, args ...any) inboxcore.Row {
-	return d.db.QueryRowContext(ctx, q, args...)
-}
-
-func (d sqlDB) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	res, err := d.db.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}

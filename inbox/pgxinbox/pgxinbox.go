@@ -40,6 +40,7 @@ import (
 	"github.com/acemq/msgaudit/internal/inboxsql"
 	"github.com/acemq/msgaudit/internal/pgtable"
 	"github.com/acemq/msgaudit/internal/purgeloop"
+	"github.com/acemq/msgaudit/internal/sqldb/pgxdb"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -126,7 +127,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, o inbox.Options) (*Inbox, erro
 	if err := create(ctx, pool, st, o.Table); err != nil {
 		return nil, err
 	}
-	ib.core = inboxcore.New(inboxcore.Config{DB: pgxDB{pool}, SQL: st, Namespace: o.Namespace,
+	ib.core = inboxcore.New(inboxcore.Config{DB: pgxdb.Pool(pool), SQL: st, Namespace: o.Namespace,
 		MaxKeyLength: o.MaxKeyLength, PurgeBatch: o.PurgeBatch, Retention: o.Retention, Pace: purgeloop.Server,
 		Count: ib.count, Lanes: ib.lanes, Sized: sized})
 	ib.core.StartPurge(o.PurgeInterval, "inbox "+o.Table, log)
@@ -355,15 +356,3 @@ func (ib *Inbox) Purge(ctx context.Context, olderThan time.Time) (n int64, err e
 
 // PurgeExpired deletes the rows older than Options.Retention.
 func (ib *Inbox) PurgeExpired(ctx context.Context) (int64, error) { return ib.core.PurgeExpired(ctx) }
-
-// pgxDB runs the core's statements on the pool.
-type pgxDB struct{ pool *pgxpool.Pool }
-
-func (d pgxDB) QueryRow(ctx context.Context, q string, args ...any) inboxcore.Row {
-	return d.pool.QueryRow(ctx, q, args...)
-}
-
-func (d pgxDB) Exec(ctx context.Context, q string, args ...any) (int64, error) {
-	tag, err := d.pool.Exec(ctx, q, args...)
-	return tag.RowsAffected(), err
-}

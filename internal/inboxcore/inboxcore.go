@@ -18,26 +18,13 @@ import (
 	"github.com/acemq/msgaudit/internal/inboxlane"
 	"github.com/acemq/msgaudit/internal/inboxsql"
 	"github.com/acemq/msgaudit/internal/purgeloop"
+	"github.com/acemq/msgaudit/internal/sqldb"
 	"github.com/acemq/msgaudit/receiver"
 )
 
-// Row is one result row: *sql.Row and pgx.Row both are one.
-type Row interface {
-	Scan(dest ...any) error
-}
-
-// DB runs one statement outside any delivery's transaction, each in its
-// own (autocommit), on a front end's driver.
-type DB interface {
-	// QueryRow runs q and returns its one row.
-	QueryRow(ctx context.Context, q string, args ...any) Row
-	// Exec runs q and returns the number of rows it changed.
-	Exec(ctx context.Context, q string, args ...any) (int64, error)
-}
-
 // Config is what a front end validated and built at New.
 type Config struct {
-	DB           DB
+	DB           sqldb.DB
 	SQL          inboxsql.SQL
 	Namespace    string        // Options.Namespace
 	MaxKeyLength int           // in effect (inboxsql.Limits)
