@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/acemq/msgaudit/idempotency"
+	"github.com/acemq/msgaudit/internal/inboxcore"
 	"github.com/acemq/msgaudit/internal/inboxlane"
 	"github.com/acemq/msgaudit/internal/inboxsql"
 	"github.com/acemq/msgaudit/internal/pgtable"
 	"github.com/acemq/msgaudit/internal/purgeloop"
+	"github.com/acemq/msgaudit/internal/sqldb"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -172,18 +174,14 @@ var (
 // delivery's key in the same database transaction as the handler's effect.
 // See the package documentation. An Inbox is safe for concurrent use.
 type Inbox struct {
-	db        *sql.DB
-	o         Options
-	sql       inboxsql.SQL
-	namespace func(m *receiver.Message) string
-	count     inboxsql.Counter
-	log       *slog.Logger
-	txOpts    *sql.TxOptions
-	lanes     *inboxlane.Pool
-	sized     bool // Options.Lanes was set, or the dialect fixes it
-	purged    purgeloop.Counters
-	purger    *purgeloop.Loop
-	pace      int // the automatic purge's, by dialect (purgeloop.Batches)
+	core   *inboxcore.Core // keys, the read-only statements, the purge
+	db     *sql.DB
+	o      Options
+	sql    inboxsql.SQL
+	count  inboxsql.Counter
+	log    *slog.Logger
+	txOpts *sql.TxOptions
+	lanes  *inboxlane.Pool
 }
 
 var _ receiver.Selector = (*Inbox)(nil)
@@ -256,8 +254,7 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	ib := &Inbox{db: db, o: o, sql: st, namespace: inboxsql.Namespacer(o.Namespace),
-		count: inboxsql.NewCounter(o.Metrics), log: log, sized: sized}
+	ib := &Inbox{db: db, o: o, sql: st, count: inboxsql.NewCounter(o.Metrics), log: log}
 	ib.lanes = inboxlane.New(inboxlane.Config{
 		Lanes: o.Lanes, MaxBatch: o.MaxBatch, Linger: o.Linger, Begin: ib.begin,
 		WithTx:   func(c context.Context, v any) context.Context { return context.WithValue(c, txKey{}, v) },
@@ -285,15 +282,17 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 			return nil, err
 		}
 	}
+	pace := purgeloop.Server
 	switch o.Dialect {
 	case SQLite:
-		ib.pace = purgeloop.SQLite
+		pace = purgeloop.SQLite
 	case MySQL:
-		ib.pace = purgeloop.MySQL
-	default:
-		ib.pace = purgeloop.Server
+		pace = purgeloop.MySQL
 	}
-	ib.purger = purgeloop.Start(o.PurgeInterval, "inbox "+o.Table, log, ib.autoPurge)
+	ib.core = inboxcore.New(inboxcore.Config{DB: sqldb.Std(db), SQL: st, Namespace: o.Namespace,
+		MaxKeyLength: o.MaxKeyLength, PurgeBatch: o.PurgeBatch, Retention: o.Retention, Pace: pace,
+		Count: ib.count, Lanes: ib.lanes, Sized: sized})
+	ib.core.StartPurge(o.PurgeInterval, "inbox "+o.Table, log)
 	return ib, nil
 }
 
@@ -302,17 +301,11 @@ func New(ctx context.Context, db *sql.DB, o Options) (*Inbox, error) {
 // has nothing to stop. Close closes nothing else: the database is the
 // caller's. Call it once the consumer using the inbox has stopped; it
 // always returns nil.
-func (ib *Inbox) Close() error {
-	ib.purger.Stop()
-	return nil
-}
+func (ib *Inbox) Close() error { return ib.core.Close() }
 
 // PurgeStats returns the counters of the inbox's purges: the automatic
 // ones and the calls of Purge and PurgeExpired.
-func (ib *Inbox) PurgeStats() idempotency.PurgeStats {
-	runs, rows, errs, busy := ib.purged.Load()
-	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
-}
+func (ib *Inbox) PurgeStats() idempotency.PurgeStats { return ib.core.PurgeStats() }
 
 // checkMySQL checks that the table is InnoDB (a MyISAM table has no
 // transactions: the key would not commit or roll back with the effect)
@@ -454,7 +447,7 @@ func (ib *Inbox) checkSQLite(ctx context.Context) error {
 func (ib *Inbox) Name() string { return "inbox" }
 
 // Namespace returns the namespace m's key is recorded under.
-func (ib *Inbox) Namespace(m *receiver.Message) string { return ib.namespace(m) }
+func (ib *Inbox) Namespace(m *receiver.Message) string { return ib.core.Namespace(m) }
 
 // MaxOpenConns returns the pool's connection limit (0 = unlimited). Every
 // lane holds one connection while its transaction is open, so the pool
@@ -475,12 +468,7 @@ func (ib *Inbox) Linger() time.Duration { return ib.o.Linger }
 // PostgreSQL it sets the number of lanes to handlers. It returns the
 // number of lanes in effect, which the consumers check against their
 // handlers and the pool's connections. Call it before the first delivery.
-func (ib *Inbox) SizeLanes(handlers int) int {
-	if !ib.sized && handlers > 0 {
-		ib.lanes.SetLanes(handlers)
-	}
-	return ib.lanes.Lanes()
-}
+func (ib *Inbox) SizeLanes(handlers int) int { return ib.core.SizeLanes(handlers) }
 
 // Batches returns how many COMMITs the inbox's lanes ran (successful or
 // not) and how many deliveries they covered.
@@ -520,13 +508,7 @@ func Tx(ctx context.Context) (*sql.Tx, bool) {
 // and the key is committed without the handler having run. ctx bounds the
 // wait for a lane, the BEGIN and the INSERT.
 func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Decision, error) {
-	key := m.IdempotencyKey()
-	if key == "" {
-		return receiver.Decision{}, fmt.Errorf("%w: inbox: empty key", receiver.ErrBadKey)
-	}
-	ns := inboxsql.StorageKey(ib.namespace(m), ib.o.MaxKeyLength)
-	key = inboxsql.StorageKey(key, ib.o.MaxKeyLength)
-	return ib.lanes.Select(ctx, ns, key)
+	return ib.core.Select(ctx, m)
 }
 
 // begin begins a lane's transaction. The transaction lives until its
@@ -742,13 +724,7 @@ func Handler(h func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error)
 // Contains reports whether key is recorded under namespace (both as given
 // to the inbox, before hashing). It is for tests and tools.
 func (ib *Inbox) Contains(ctx context.Context, namespace, key string) (bool, error) {
-	var ok bool
-	err := ib.db.QueryRowContext(ctx, ib.sql.Contains,
-		inboxsql.StorageKey(namespace, ib.o.MaxKeyLength), inboxsql.StorageKey(key, ib.o.MaxKeyLength)).Scan(&ok)
-	if err != nil {
-		return false, fmt.Errorf("inbox: contains: %w", err)
-	}
-	return ok, nil
+	return ib.core.Contains(ctx, namespace, key)
 }
 
 // Backlog samples the inbox (see idempotency.Backlog) in one statement.
@@ -764,13 +740,7 @@ func (ib *Inbox) Contains(ctx context.Context, namespace, key string) (bool, err
 // of rowids, max minus min plus one (two steps down the rowid B-tree),
 // which counts the rows deleted out of recording order as if still there.
 func (ib *Inbox) Backlog(ctx context.Context) (idempotency.Backlog, error) {
-	var rows, oldest sql.NullInt64
-	t0 := time.Now()
-	err := ib.db.QueryRowContext(ctx, ib.sql.Backlog, ib.sql.BacklogArgs()...).Scan(&rows, &oldest)
-	if err != nil {
-		return idempotency.Backlog{}, fmt.Errorf("inbox: backlog: %w", err)
-	}
-	return ib.sql.BacklogOf(rows, oldest, t0), nil
+	return ib.core.Backlog(ctx)
 }
 
 // Purge deletes the rows recorded before olderThan and returns how many.
@@ -783,47 +753,8 @@ func (ib *Inbox) Backlog(ctx context.Context) (idempotency.Backlog, error) {
 // each. On an error or a cancelled ctx it returns the rows deleted so far
 // with the error. A redelivery of a purged key is treated as new.
 func (ib *Inbox) Purge(ctx context.Context, olderThan time.Time) (n int64, err error) {
-	t0 := time.Now()
-	defer func() { ib.purged.Observe(n, time.Since(t0), err) }()
-	return ib.purge(ctx, olderThan, purgeloop.Unpaced)
-}
-
-// purge is Purge without the counting; see purgeloop.Batches for pace.
-func (ib *Inbox) purge(ctx context.Context, olderThan time.Time, pace int) (int64, error) {
-	var from time.Time // PostgreSQL: where the next batch starts (see inboxsql.Build)
-	return purgeloop.Batches(ctx, ib.o.PurgeBatch, pace, func(ctx context.Context) (int64, error) {
-		t0 := time.Now()
-		var n int64
-		var err error
-		if ib.sql.Postgres {
-			var last sql.NullTime
-			err = ib.db.QueryRowContext(ctx, ib.sql.Purge, olderThan, ib.o.PurgeBatch, from).Scan(&n, &last)
-			if last.Valid {
-				from = last.Time
-			}
-		} else {
-			var res sql.Result
-			res, err = ib.db.ExecContext(ctx, ib.sql.Purge, ib.sql.Time(olderThan), ib.o.PurgeBatch)
-			if err == nil {
-				n, err = res.RowsAffected()
-			}
-		}
-		ib.count.Observe(time.Since(t0), err)
-		if err != nil {
-			return 0, fmt.Errorf("inbox: purge: %w", err)
-		}
-		return n, nil
-	})
-}
-
-// autoPurge is the automatic purge: PurgeExpired, paced.
-func (ib *Inbox) autoPurge(ctx context.Context) (n int64, err error) {
-	t0 := time.Now()
-	defer func() { ib.purged.Observe(n, time.Since(t0), err) }()
-	return ib.purge(ctx, time.Now().Add(-ib.o.Retention), ib.pace)
+	return ib.core.Purge(ctx, olderThan)
 }
 
 // PurgeExpired deletes the rows older than Options.Retention (see Purge).
-func (ib *Inbox) PurgeExpired(ctx context.Context) (int64, error) {
-	return ib.Purge(ctx, time.Now().Add(-ib.o.Retention))
-}
+func (ib *Inbox) PurgeExpired(ctx context.Context) (int64, error) { return ib.core.PurgeExpired(ctx) }

@@ -4,4 +4,4 @@ package pgxinbox
 func Waiting(ib *Inbox) int { return ib.lanes.Waiting() }
 
 // PurgeDone is closed once ib's automatic purge goroutine has returned.
-func PurgeDone(ib *Inbox) <-chan struct{} { return ib.purger.Done() }
+func PurgeDone(ib *Inbox) <-chan struct{} { return ib.core.PurgeDone() }

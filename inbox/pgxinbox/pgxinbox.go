@@ -35,10 +35,12 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/inbox"
+	"github.com/acemq/msgaudit/internal/inboxcore"
 	"github.com/acemq/msgaudit/internal/inboxlane"
 	"github.com/acemq/msgaudit/internal/inboxsql"
 	"github.com/acemq/msgaudit/internal/pgtable"
 	"github.com/acemq/msgaudit/internal/purgeloop"
+	"github.com/acemq/msgaudit/internal/sqldb/pgxdb"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -48,17 +50,14 @@ import (
 // Inbox is the transactional inbox on a pgx pool; it implements
 // receiver.Selector (Name "inbox"). It is safe for concurrent use.
 type Inbox struct {
-	pool      *pgxpool.Pool
-	o         inbox.Options
-	sql       inboxsql.SQL
-	namespace func(m *receiver.Message) string
-	count     inboxsql.Counter
-	log       *slog.Logger
-	txOpts    pgx.TxOptions
-	lanes     *inboxlane.Pool
-	sized     bool
-	purged    purgeloop.Counters
-	purger    *purgeloop.Loop
+	core   *inboxcore.Core // keys, the read-only statements, the purge
+	pool   *pgxpool.Pool
+	o      inbox.Options
+	sql    inboxsql.SQL
+	count  inboxsql.Counter
+	log    *slog.Logger
+	txOpts pgx.TxOptions
+	lanes  *inboxlane.Pool
 }
 
 var _ receiver.Selector = (*Inbox)(nil)
@@ -113,8 +112,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, o inbox.Options) (*Inbox, erro
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	ib := &Inbox{pool: pool, o: o, sql: st, namespace: inboxsql.Namespacer(o.Namespace),
-		count: inboxsql.NewCounter(o.Metrics), log: log, txOpts: opts, sized: sized}
+	ib := &Inbox{pool: pool, o: o, sql: st, count: inboxsql.NewCounter(o.Metrics), log: log, txOpts: opts}
 	ib.lanes = inboxlane.New(inboxlane.Config{
 		Lanes: o.Lanes, MaxBatch: o.MaxBatch, Linger: o.Linger, Begin: ib.begin,
 		WithTx:   func(c context.Context, v any) context.Context { return context.WithValue(c, txKey{}, v) },
@@ -129,33 +127,25 @@ func New(ctx context.Context, pool *pgxpool.Pool, o inbox.Options) (*Inbox, erro
 	if err := create(ctx, pool, st, o.Table); err != nil {
 		return nil, err
 	}
-	ib.purger = purgeloop.Start(o.PurgeInterval, "inbox "+o.Table, log, ib.autoPurge)
+	ib.core = inboxcore.New(inboxcore.Config{DB: pgxdb.Pool(pool), SQL: st, Namespace: o.Namespace,
+		MaxKeyLength: o.MaxKeyLength, PurgeBatch: o.PurgeBatch, Retention: o.Retention, Pace: purgeloop.Server,
+		Count: ib.count, Lanes: ib.lanes, Sized: sized})
+	ib.core.StartPurge(o.PurgeInterval, "inbox "+o.Table, log)
 	return ib, nil
 }
 
 // Close stops the automatic purge and waits for a purge in progress to
 // stop; see (*inbox.Inbox).Close. The pool stays open.
-func (ib *Inbox) Close() error {
-	ib.purger.Stop()
-	return nil
-}
+func (ib *Inbox) Close() error { return ib.core.Close() }
 
 // PurgeStats returns the counters of the inbox's purges: the automatic
 // ones and the calls of Purge and PurgeExpired.
-func (ib *Inbox) PurgeStats() idempotency.PurgeStats {
-	runs, rows, errs, busy := ib.purged.Load()
-	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
-}
+func (ib *Inbox) PurgeStats() idempotency.PurgeStats { return ib.core.PurgeStats() }
 
 // Backlog samples the inbox in one statement; see (*inbox.Inbox).Backlog
 // on PostgreSQL.
 func (ib *Inbox) Backlog(ctx context.Context) (idempotency.Backlog, error) {
-	var rows, oldest sql.NullInt64
-	err := ib.pool.QueryRow(ctx, ib.sql.Backlog, ib.sql.BacklogArgs()...).Scan(&rows, &oldest)
-	if err != nil {
-		return idempotency.Backlog{}, fmt.Errorf("inbox: backlog: %w", err)
-	}
-	return ib.sql.BacklogOf(rows, oldest, time.Now()), nil
+	return ib.core.Backlog(ctx)
 }
 
 // create runs the schema statements in one transaction, under an advisory
@@ -197,7 +187,7 @@ func create(ctx context.Context, pool *pgxpool.Pool, st inboxsql.SQL, table stri
 func (ib *Inbox) Name() string { return "inbox" }
 
 // Namespace returns the namespace m's key is recorded under.
-func (ib *Inbox) Namespace(m *receiver.Message) string { return ib.namespace(m) }
+func (ib *Inbox) Namespace(m *receiver.Message) string { return ib.core.Namespace(m) }
 
 // MaxOpenConns returns the pool's MaxConns: every lane holds one
 // connection while its transaction is open.
@@ -214,12 +204,7 @@ func (ib *Inbox) Linger() time.Duration { return ib.o.Linger }
 
 // SizeLanes sets the number of lanes to handlers when Options.Lanes was 0
 // and returns the number in effect; see (*inbox.Inbox).SizeLanes.
-func (ib *Inbox) SizeLanes(handlers int) int {
-	if !ib.sized && handlers > 0 {
-		ib.lanes.SetLanes(handlers)
-	}
-	return ib.lanes.Lanes()
-}
+func (ib *Inbox) SizeLanes(handlers int) int { return ib.core.SizeLanes(handlers) }
 
 // Batches returns how many COMMITs the lanes ran (successful or not) and
 // how many deliveries they covered.
@@ -238,13 +223,7 @@ func Tx(ctx context.Context) (pgx.Tx, bool) {
 // bounds the wait for a lane, the BEGIN and the INSERT (including the wait
 // for a competing transaction of the same key).
 func (ib *Inbox) Select(ctx context.Context, m *receiver.Message) (receiver.Decision, error) {
-	key := m.IdempotencyKey()
-	if key == "" {
-		return receiver.Decision{}, fmt.Errorf("%w: inbox: empty key", receiver.ErrBadKey)
-	}
-	ns := inboxsql.StorageKey(ib.namespace(m), ib.o.MaxKeyLength)
-	key = inboxsql.StorageKey(key, ib.o.MaxKeyLength)
-	return ib.lanes.Select(ctx, ns, key)
+	return ib.core.Select(ctx, m)
 }
 
 // begin begins a lane's transaction; ctx bounds the BEGIN.
@@ -366,50 +345,14 @@ func Handler(h func(ctx context.Context, tx pgx.Tx, m *receiver.Message) error) 
 
 // Contains reports whether key is recorded under namespace.
 func (ib *Inbox) Contains(ctx context.Context, namespace, key string) (bool, error) {
-	var ok bool
-	err := ib.pool.QueryRow(ctx, ib.sql.Contains,
-		inboxsql.StorageKey(namespace, ib.o.MaxKeyLength), inboxsql.StorageKey(key, ib.o.MaxKeyLength)).Scan(&ok)
-	if err != nil {
-		return false, fmt.Errorf("inbox: contains: %w", err)
-	}
-	return ok, nil
+	return ib.core.Contains(ctx, namespace, key)
 }
 
 // Purge deletes the rows recorded before olderThan in bounded,
 // index-driven batches that skip locked rows; see (*inbox.Inbox).Purge.
 func (ib *Inbox) Purge(ctx context.Context, olderThan time.Time) (n int64, err error) {
-	t0 := time.Now()
-	defer func() { ib.purged.Observe(n, time.Since(t0), err) }()
-	return ib.purge(ctx, olderThan, purgeloop.Unpaced)
-}
-
-// purge is Purge without the counting; see purgeloop.Batches for pace.
-func (ib *Inbox) purge(ctx context.Context, olderThan time.Time, pace int) (int64, error) {
-	var from time.Time // where the next batch starts (see inboxsql.Build)
-	return purgeloop.Batches(ctx, ib.o.PurgeBatch, pace, func(ctx context.Context) (int64, error) {
-		t0 := time.Now()
-		var n int64
-		var last *time.Time
-		err := ib.pool.QueryRow(ctx, ib.sql.Purge, olderThan, ib.o.PurgeBatch, from).Scan(&n, &last)
-		ib.count.Observe(time.Since(t0), err)
-		if err != nil {
-			return 0, fmt.Errorf("inbox: purge: %w", err)
-		}
-		if last != nil {
-			from = *last
-		}
-		return n, nil
-	})
-}
-
-// autoPurge is the automatic purge: PurgeExpired, paced.
-func (ib *Inbox) autoPurge(ctx context.Context) (n int64, err error) {
-	t0 := time.Now()
-	defer func() { ib.purged.Observe(n, time.Since(t0), err) }()
-	return ib.purge(ctx, time.Now().Add(-ib.o.Retention), purgeloop.Server)
+	return ib.core.Purge(ctx, olderThan)
 }
 
 // PurgeExpired deletes the rows older than Options.Retention.
-func (ib *Inbox) PurgeExpired(ctx context.Context) (int64, error) {
-	return ib.Purge(ctx, time.Now().Add(-ib.o.Retention))
-}
+func (ib *Inbox) PurgeExpired(ctx context.Context) (int64, error) { return ib.core.PurgeExpired(ctx) }

@@ -23,9 +23,11 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/acemq/msgaudit/internal/metasql"
 	"github.com/acemq/msgaudit/internal/metaurl"
 	"github.com/acemq/msgaudit/internal/mysqlurl"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/sqldb"
 	"github.com/acemq/msgaudit/metadata"
 )
 
@@ -51,7 +53,8 @@ type Store struct {
 	schema string
 	name   string
 
-	createSQL, engineSQL, getSQL, putSQL, replaceSQL, sameSQL, removeSQL string
+	core                 *metasql.Store
+	createSQL, engineSQL string
 }
 
 var _ metadata.StoreCloser = (*Store)(nil)
@@ -86,13 +89,18 @@ func New(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	updated_at DATETIME(6)    NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 ) ENGINE=InnoDB`
 	s.engineSQL = `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?`
-	s.getSQL = `SELECT v FROM ` + t + ` WHERE k = ?`
-	s.putSQL = `INSERT INTO ` + t + ` (k, v) VALUES (?, ?)`
-	// updated_at changes on every replace, so a matched row always counts
-	// as changed, whatever the connection's clientFoundRows.
-	s.replaceSQL = `UPDATE ` + t + ` SET v = ?, updated_at = NOW(6) WHERE k = ? AND v = ?`
-	s.sameSQL = `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE k = ? AND v = ?)`
-	s.removeSQL = `DELETE FROM ` + t + ` WHERE k = ? AND v = ?`
+	s.core = metasql.New(sqldb.Std(db), metasql.Dialect{
+		Name:   "mysql",
+		Get:    `SELECT v FROM ` + t + ` WHERE k = ?`,
+		Insert: `INSERT INTO ` + t + ` (k, v) VALUES (?, ?)`,
+		// updated_at changes on every replace, so a matched row always
+		// counts as changed, whatever the connection's clientFoundRows,
+		// but for the same value in the same microsecond: Same.
+		Replace:   `UPDATE ` + t + ` SET v = ?, updated_at = NOW(6) WHERE k = ? AND v = ?`,
+		Same:      `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE k = ? AND v = ?)`,
+		Remove:    `DELETE FROM ` + t + ` WHERE k = ? AND v = ?`,
+		Duplicate: duplicateKey,
+	})
 	return s, nil
 }
 
@@ -115,97 +123,30 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // Get implements metadata.Store.
 func (s *Store) Get(ctx context.Context, key string) (string, bool, error) {
-	sk, err := metadata.CheckArgs(ctx, key)
-	if err != nil {
-		return "", false, err
-	}
-	var v []byte
-	err = s.db.QueryRowContext(ctx, s.getSQL, []byte(sk)).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("metadata: mysql get: %w", err)
-	}
-	return string(v), true, nil
+	return s.core.Get(ctx, key)
 }
 
 // PutIfAbsent implements metadata.Store: the INSERT either stores the
 // value or fails on the primary key (error 1062), and then the value
 // already stored is read; a value removed in between is tried again.
 func (s *Store) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
-	sk, err := metadata.CheckArgs(ctx, key, value)
-	if err != nil {
-		return "", false, err
-	}
-	for {
-		_, err := s.db.ExecContext(ctx, s.putSQL, []byte(sk), []byte(value))
-		if err == nil {
-			return "", true, nil
-		}
-		var me *mysql.MySQLError
-		if !errors.As(err, &me) || me.Number != 1062 {
-			return "", false, fmt.Errorf("metadata: mysql put-if-absent: %w", err)
-		}
-		var v []byte
-		err = s.db.QueryRowContext(ctx, s.getSQL, []byte(sk)).Scan(&v)
-		if errors.Is(err, sql.ErrNoRows) {
-			if err := ctx.Err(); err != nil {
-				return "", false, err
-			}
-			continue
-		}
-		if err != nil {
-			return "", false, fmt.Errorf("metadata: mysql put-if-absent: %w", err)
-		}
-		return string(v), false, nil
-	}
+	return s.core.PutIfAbsent(ctx, key, value)
 }
 
 // Replace implements metadata.Store.
 func (s *Store) Replace(ctx context.Context, key, old, new string) (bool, error) {
-	sk, err := metadata.CheckArgs(ctx, key, old, new)
-	if err != nil {
-		return false, err
-	}
-	res, err := s.db.ExecContext(ctx, s.replaceSQL, []byte(new), []byte(sk), []byte(old))
-	if err != nil {
-		return false, fmt.Errorf("metadata: mysql replace: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("metadata: mysql replace: %w", err)
-	}
-	if n == 1 {
-		return true, nil
-	}
-	if old != new {
-		return false, nil
-	}
-	// The same value in the same microsecond changes no row: say
-	// whether it matched.
-	var same bool
-	if err := s.db.QueryRowContext(ctx, s.sameSQL, []byte(sk), []byte(old)).Scan(&same); err != nil {
-		return false, fmt.Errorf("metadata: mysql replace: %w", err)
-	}
-	return same, nil
+	return s.core.Replace(ctx, key, old, new)
 }
 
 // Remove implements metadata.Remover.
 func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
-	sk, err := metadata.CheckArgs(ctx, key, value)
-	if err != nil {
-		return false, err
-	}
-	res, err := s.db.ExecContext(ctx, s.removeSQL, []byte(sk), []byte(value))
-	if err != nil {
-		return false, fmt.Errorf("metadata: mysql remove: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("metadata: mysql remove: %w", err)
-	}
-	return n == 1, nil
+	return s.core.Remove(ctx, key, value)
+}
+
+// duplicateKey reports a primary key's duplicate entry (error 1062).
+func duplicateKey(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062
 }
 
 // Close closes the connections if Open made them; a *sql.DB passed to

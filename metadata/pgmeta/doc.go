@@ -65,8 +65,3 @@ func openPostgresURL(ctx context.Context, rawURL string) (metadata.StoreCloser, 
 	}
 	return s, nil
 }
-
-// check is metadata.CheckArgs.
-func check(ctx context.Context, key string, values ...string) (string, error) {
-	return metadata.CheckArgs(ctx, key, values...)
-}

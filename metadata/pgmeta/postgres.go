@@ -11,8 +11,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/acemq/msgaudit/internal/metasql"
 	"github.com/acemq/msgaudit/internal/pgpooler"
 	"github.com/acemq/msgaudit/internal/pgtable"
+	"github.com/acemq/msgaudit/internal/sqldb/pgxdb"
 	"github.com/acemq/msgaudit/metadata"
 )
 
@@ -51,7 +53,7 @@ type Store struct {
 	table string // quoted
 	owned bool   // Close closes pool
 
-	getSQL, putSQL, replaceSQL, removeSQL string
+	core *metasql.Store
 }
 
 var _ metadata.StoreCloser = (*Store)(nil)
@@ -76,22 +78,22 @@ func newStore(pool *pgxpool.Pool, table string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{
-		pool:   pool,
-		table:  q,
-		getSQL: `SELECT value FROM ` + q + ` WHERE key = $1`,
+	return &Store{pool: pool, table: q, core: metasql.New(pgxdb.Pool(pool), metasql.Dialect{
+		Name: "postgres",
+		Get:  `SELECT value FROM ` + q + ` WHERE key = $1`,
 		// The CTE's INSERT is invisible to the outer SELECT, so the
 		// statement returns (true, value) when it inserted, (false, prev)
 		// when the key was there before the statement began, and no row
 		// when a concurrent insert committed after that: retried.
-		putSQL: `WITH ins AS (INSERT INTO ` + q + ` (key, value) VALUES ($1, $2)
+		PutReturning: `WITH ins AS (INSERT INTO ` + q + ` (key, value) VALUES ($1, $2)
 	ON CONFLICT (key) DO NOTHING RETURNING value)
 SELECT true, value FROM ins
 UNION ALL
 SELECT false, value FROM ` + q + ` WHERE key = $1`,
-		replaceSQL: `UPDATE ` + q + ` SET value = $3, updated_at = now() WHERE key = $1 AND value = $2`,
-		removeSQL:  `DELETE FROM ` + q + ` WHERE key = $1 AND value = $2`,
-	}, nil
+		Replace: `UPDATE ` + q + ` SET value = $1, updated_at = now() WHERE key = $2 AND value = $3`,
+		Remove:  `DELETE FROM ` + q + ` WHERE key = $1 AND value = $2`,
+		Explain: pgpooler.Explain,
+	})}, nil
 }
 
 // Migrate creates the table if it does not exist. It is idempotent. It
@@ -135,77 +137,25 @@ func (s *Store) Drop(ctx context.Context) error {
 	return nil
 }
 
-// Get implements Store.
+// Get implements metadata.Store.
 func (s *Store) Get(ctx context.Context, key string) (string, bool, error) {
-	sk, err := check(ctx, key)
-	if err != nil {
-		return "", false, err
-	}
-	var v []byte
-	err = s.pool.QueryRow(ctx, s.getSQL, []byte(sk)).Scan(&v)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("metadata: postgres get: %w", pgpooler.Explain(err))
-	}
-	return string(v), true, nil
+	return s.core.Get(ctx, key)
 }
 
-// PutIfAbsent implements Store.
+// PutIfAbsent implements metadata.Store: one statement inserts the value
+// or reads the one already there.
 func (s *Store) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
-	sk, err := check(ctx, key, value)
-	if err != nil {
-		return "", false, err
-	}
-	for {
-		var (
-			stored bool
-			v      []byte
-		)
-		err = s.pool.QueryRow(ctx, s.putSQL, []byte(sk), []byte(value)).Scan(&stored, &v)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Lost an insert race to a transaction that committed after
-			// this statement's snapshot: the next statement sees it.
-			if err := ctx.Err(); err != nil {
-				return "", false, err
-			}
-			continue
-		}
-		if err != nil {
-			return "", false, fmt.Errorf("metadata: postgres put-if-absent: %w", pgpooler.Explain(err))
-		}
-		if stored {
-			return "", true, nil
-		}
-		return string(v), false, nil
-	}
+	return s.core.PutIfAbsent(ctx, key, value)
 }
 
-// Replace implements Store.
+// Replace implements metadata.Store.
 func (s *Store) Replace(ctx context.Context, key, old, new string) (bool, error) {
-	sk, err := check(ctx, key, old, new)
-	if err != nil {
-		return false, err
-	}
-	tag, err := s.pool.Exec(ctx, s.replaceSQL, []byte(sk), []byte(old), []byte(new))
-	if err != nil {
-		return false, fmt.Errorf("metadata: postgres replace: %w", pgpooler.Explain(err))
-	}
-	return tag.RowsAffected() == 1, nil
+	return s.core.Replace(ctx, key, old, new)
 }
 
-// Remove implements Remover.
+// Remove implements metadata.Remover.
 func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
-	sk, err := check(ctx, key, value)
-	if err != nil {
-		return false, err
-	}
-	tag, err := s.pool.Exec(ctx, s.removeSQL, []byte(sk), []byte(value))
-	if err != nil {
-		return false, fmt.Errorf("metadata: postgres remove: %w", pgpooler.Explain(err))
-	}
-	return tag.RowsAffected() == 1, nil
+	return s.core.Remove(ctx, key, value)
 }
 
 // Close closes the pool if Open created it; a pool passed to New is

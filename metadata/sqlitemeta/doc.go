@@ -48,11 +48,6 @@ func openSQLiteURL(ctx context.Context, rawURL string) (metadata.StoreCloser, er
 	return openSQLite(ctx, path, table)
 }
 
-// check is metadata.CheckArgs.
-func check(ctx context.Context, key string, values ...string) (string, error) {
-	return metadata.CheckArgs(ctx, key, values...)
-}
-
 // quoteTable validates name (a plain or schema-qualified identifier) and
 // returns it quoted for SQL text, with its schema. A table in SQLite's temporary schema
 // (temp., or temporary.) is refused: its rows belong to one connection and

@@ -10,6 +10,8 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver (pure Go)
 
+	"github.com/acemq/msgaudit/internal/metasql"
+	"github.com/acemq/msgaudit/internal/sqldb"
 	"github.com/acemq/msgaudit/metadata"
 )
 
@@ -21,9 +23,9 @@ type Store struct {
 	db    *sql.DB
 	owned bool // Close closes db
 
-	table                                    string // quoted
-	schema                                   string // the table's schema, unquoted
-	getSQL, insertSQL, replaceSQL, removeSQL string
+	core   *metasql.Store
+	table  string // quoted
+	schema string // the table's schema, unquoted
 }
 
 var _ metadata.StoreCloser = (*Store)(nil)
@@ -84,15 +86,13 @@ func newStore(db *sql.DB, table string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{
-		db:         db,
-		table:      q,
-		schema:     schema,
-		getSQL:     `SELECT value FROM ` + q + ` WHERE key = ?`,
-		insertSQL:  `INSERT INTO ` + q + ` (key, value, updated_at) VALUES (?, ?, unixepoch()) ON CONFLICT (key) DO NOTHING`,
-		replaceSQL: `UPDATE ` + q + ` SET value = ?, updated_at = unixepoch() WHERE key = ? AND value = ?`,
-		removeSQL:  `DELETE FROM ` + q + ` WHERE key = ? AND value = ?`,
-	}, nil
+	return &Store{db: db, table: q, schema: schema, core: metasql.New(sqldb.Std(db), metasql.Dialect{
+		Name:    "sqlite",
+		Get:     `SELECT value FROM ` + q + ` WHERE key = ?`,
+		Insert:  `INSERT INTO ` + q + ` (key, value, updated_at) VALUES (?, ?, unixepoch()) ON CONFLICT (key) DO NOTHING`,
+		Replace: `UPDATE ` + q + ` SET value = ?, updated_at = unixepoch() WHERE key = ? AND value = ?`,
+		Remove:  `DELETE FROM ` + q + ` WHERE key = ? AND value = ?`,
+	})}, nil
 }
 
 // Migrate creates the table if it does not exist. It is idempotent. It
@@ -120,90 +120,25 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Get implements Store.
+// Get implements metadata.Store.
 func (s *Store) Get(ctx context.Context, key string) (string, bool, error) {
-	sk, err := check(ctx, key)
-	if err != nil {
-		return "", false, err
-	}
-	return s.get(ctx, sk)
+	return s.core.Get(ctx, key)
 }
 
-func (s *Store) get(ctx context.Context, sk string) (string, bool, error) {
-	var v []byte
-	err := s.db.QueryRowContext(ctx, s.getSQL, []byte(sk)).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("metadata: sqlite get: %w", err)
-	}
-	return string(v), true, nil
-}
-
-// PutIfAbsent implements Store. It is an INSERT … ON CONFLICT DO NOTHING
+// PutIfAbsent implements metadata.Store: an INSERT … ON CONFLICT DO NOTHING
 // and, when that inserted nothing, a read of the value already there.
 func (s *Store) PutIfAbsent(ctx context.Context, key, value string) (string, bool, error) {
-	sk, err := check(ctx, key, value)
-	if err != nil {
-		return "", false, err
-	}
-	for {
-		res, err := s.db.ExecContext(ctx, s.insertSQL, []byte(sk), []byte(value))
-		if err != nil {
-			return "", false, fmt.Errorf("metadata: sqlite put-if-absent: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return "", false, fmt.Errorf("metadata: sqlite put-if-absent: %w", err)
-		}
-		if n == 1 {
-			return "", true, nil
-		}
-		prev, ok, err := s.get(ctx, sk)
-		if err != nil {
-			return "", false, err
-		}
-		if ok {
-			return prev, false, nil
-		}
-		// The row went away between the two statements (a Remove): try
-		// the insert again.
-	}
+	return s.core.PutIfAbsent(ctx, key, value)
 }
 
-// Replace implements Store.
+// Replace implements metadata.Store.
 func (s *Store) Replace(ctx context.Context, key, old, new string) (bool, error) {
-	sk, err := check(ctx, key, old, new)
-	if err != nil {
-		return false, err
-	}
-	res, err := s.db.ExecContext(ctx, s.replaceSQL, []byte(new), []byte(sk), []byte(old))
-	if err != nil {
-		return false, fmt.Errorf("metadata: sqlite replace: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("metadata: sqlite replace: %w", err)
-	}
-	return n == 1, nil
+	return s.core.Replace(ctx, key, old, new)
 }
 
-// Remove implements Remover.
+// Remove implements metadata.Remover.
 func (s *Store) Remove(ctx context.Context, key, value string) (bool, error) {
-	sk, err := check(ctx, key, value)
-	if err != nil {
-		return false, err
-	}
-	res, err := s.db.ExecContext(ctx, s.removeSQL, []byte(sk), []byte(value))
-	if err != nil {
-		return false, fmt.Errorf("metadata: sqlite remove: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("metadata: sqlite remove: %w", err)
-	}
-	return n == 1, nil
+	return s.core.Remove(ctx, key, value)
 }
 
 // Close closes the database if Open opened it; a db passed to

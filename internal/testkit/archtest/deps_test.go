@@ -44,7 +44,7 @@ var layers = map[string]float64{
 	"internal/tlsconf": 0, "internal/testkit/testenv": 0, "internal/testkit/tcpproxy": 0,
 	"internal/testkit/readmecheck": 0, "internal/testkit/testsummary": 0, "internal/testkit/archtest": 0, "internal/testkit/apitest": 0,
 	"internal/testkit/testwait": 0, "internal/testkit/stompsub": 0, "internal/keyjoin": 0, "internal/copysig": 0, "internal/pgtable": 0,
-	"internal/admission": 0, "internal/copyhdr": 0, "internal/storelat": 0, "internal/purgeloop": 0,
+	"internal/admission": 0, "internal/copyhdr": 0, "internal/storelat": 0, "internal/purgeloop": 0, "internal/sqldb": 0,
 	// Test helpers on top of testenv.
 	"internal/testkit/pgrestart": 0.5,
 	// Core: msgid → bitsetbin → audit → connaudit.
@@ -52,6 +52,7 @@ var layers = map[string]float64{
 	// Store interfaces, their memory stores and conformance suites.
 	"idempotency": 2, "metadata": 2,
 	"internal/claimkit":     2.2, // tokens and the two-state TryClaim the backends share
+	"internal/metasql":      2.3, // the SQL metadata stores' operations, once for every dialect
 	"idempotency/storetest": 2.5, "metadata/storetest": 2.5,
 	// The pipeline.
 	"receiver": 3,
@@ -61,13 +62,14 @@ var layers = map[string]float64{
 	// What the transports share beside the pipeline.
 	"internal/consumerkit": 3.2,
 	// The transactional inbox (database/sql, no driver).
-	"internal/inboxsql": 3.5, "internal/inboxlane": 3.5, "inbox": 4,
+	"internal/inboxsql": 3.5, "internal/inboxlane": 3.5, "internal/inboxcore": 3.6, "inbox": 4,
 	// Backends: one driver each, never each other.
 	"internal/metaurl":              4.5,
 	"internal/storeconn":            4.5,
 	"internal/redisconn":            4.5,
 	"internal/pgpooler":             4.5,
 	"internal/mysqlurl":             4.5,
+	"internal/sqldb/pgxdb":          4.5,
 	"internal/testkit/storetestkit": 4.5,
 	"idempotency/sqlitestore":       5, "idempotency/redisstore": 5, "idempotency/pgstore": 5, "idempotency/mysqlstore": 5,
 	"metadata/sqlitemeta": 5, "metadata/redismeta": 5, "metadata/pgmeta": 5, "metadata/mysqlmeta": 5,
