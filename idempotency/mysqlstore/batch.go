@@ -26,7 +26,7 @@ type batchItem struct {
 func (s *Store) lockOrder(n int, key func(int) idempotency.Key, bad func(int, error)) []batchItem {
 	items := make([]batchItem, 0, n)
 	for i := range n {
-		sk, err := s.storageKey(key(i))
+		sk, err := s.g.StorageKey(key(i))
 		if err != nil {
 			bad(i, err)
 			continue
@@ -51,7 +51,7 @@ func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 	if len(res) != len(keys) {
 		return errors.New("idempotency: mysql try-claim-batch: len(res) != len(keys)")
 	}
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return err
 	}
 	for i := range res {
@@ -109,7 +109,7 @@ func (s *Store) settleBatch(ctx context.Context, op, q string, retain bool, clai
 	if len(errs) != len(claims) {
 		return errors.New("idempotency: mysql " + op + ": len(errs) != len(claims)")
 	}
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return err
 	}
 	for i := range errs {
@@ -148,14 +148,14 @@ func (s *Store) settleBatch(ctx context.Context, op, q string, retain bool, clai
 func (s *Store) inTx(ctx context.Context, op string, f func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return s.opError(ctx, op, err)
+		return s.g.Error(ctx, op, err)
 	}
 	if err := f(tx); err != nil {
 		_ = tx.Rollback()
-		return s.opError(ctx, op, err)
+		return s.g.Error(ctx, op, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return s.opError(ctx, op, err)
+		return s.g.Error(ctx, op, err)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ func PurgeSQL(s *Store) string { return s.sqlPurge }
 func IsConfirmedSQL(s *Store) string { return s.sqlIsConfirmed }
 
 // PurgeDone is closed once s's automatic purge goroutine has returned.
-func PurgeDone(s *Store) <-chan struct{} { return s.purger.Done() }
+func PurgeDone(s *Store) <-chan struct{} { return s.core.PurgeDone() }
 
 // BacklogSQL gives the external tests Backlog's statement and its
 // arguments.

@@ -9,16 +9,17 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
+	"github.com/acemq/msgaudit/internal/claimsql"
 	"github.com/acemq/msgaudit/internal/mysqlurl"
 	"github.com/acemq/msgaudit/internal/purgeloop"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/sqldb"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
 
@@ -51,9 +52,10 @@ type Options struct {
 
 // Store is an idempotency.Store on a MySQL or MariaDB table.
 type Store struct {
+	core     *claimsql.Store // confirm, release, is-confirmed, purge, close
+	g        *claimkit.Guard
 	db       *sql.DB
 	ownsDB   bool
-	closed   atomic.Bool
 	o        idempotency.Options
 	claimUS  int64
 	retainUS int64
@@ -61,9 +63,6 @@ type Store struct {
 	name     string
 
 	sqlCreate, sqlEngine, sqlClaim, sqlState, sqlConfirm, sqlRelease, sqlRenew, sqlHeld, sqlIsConfirmed, sqlPurge, sqlBacklog string
-
-	purged purgeloop.Counters
-	purger *purgeloop.Loop
 }
 
 // New returns a store on db's table. It checks the options and the table
@@ -100,15 +99,17 @@ func newStore(ctx context.Context, db *sql.DB, opts Options) (*Store, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%w: invalid MySQL table name %q (want [schema.]name of letters, digits and '_', the name at most 48 bytes)", idempotency.ErrOptions, table)
 	}
-	s := &Store{db: db, o: o, claimUS: durationUS(o.ClaimTTL), retainUS: durationUS(o.Retention), schema: m[1], name: m[2]}
+	s := &Store{db: db, o: o, claimUS: claimkit.Micros(o.ClaimTTL), retainUS: claimkit.Micros(o.Retention), schema: m[1], name: m[2],
+		g: &claimkit.Guard{Name: "mysql", MaxKeyLength: o.MaxKeyLength}}
 	s.buildSQL()
-	s.purger = purgeloop.Start(-1, "", nil, nil)
+	s.core = claimsql.New(sqldb.Std(db), s.g, claimsql.Dialect{Confirm: s.sqlConfirm, Release: s.sqlRelease,
+		IsConfirmed: s.sqlIsConfirmed, Purge: s.sqlPurge, Pace: purgeloop.Server}, o)
 	return s, nil
 }
 
 // startPurge starts the automatic purge (Options.PurgeInterval).
 func (s *Store) startPurge() {
-	s.purger = purgeloop.Start(s.o.PurgeInterval, "idempotency: mysql "+s.name, s.o.Logger, s.autoPurge)
+	s.core.StartPurge("idempotency: mysql " + s.name)
 }
 
 // buildSQL writes the statements; only the validated, quoted table name
@@ -169,11 +170,11 @@ FROM (SELECT count(*) AS n, ` + nowUS + ` - MIN(expires_at) + ? AS m FROM (
 // exist, and refuses a table that is not InnoDB: without transactions and
 // row locks, two racing claims of a key could both win.
 func (s *Store) Migrate(ctx context.Context) error {
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return err
 	}
 	if err := s.migrate(ctx); err != nil {
-		return s.opError(ctx, "migrate", err)
+		return s.g.Error(ctx, "migrate", err)
 	}
 	return nil
 }
@@ -237,9 +238,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	st.ownsDB = true
 	if err := st.migrate(ctx); err != nil {
 		db.Close()
-		if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
-			err = fmt.Errorf("%w (%v)", ctxErr, err)
-		}
+		err = claimkit.CtxCause(ctx, err)
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: mysql %s: migrate: %w", red, err), rawURL)
 	}
 	st.startPurge()
@@ -257,10 +256,10 @@ func openURL(ctx context.Context, rawURL string, o idempotency.Options) (idempot
 
 // TryClaim implements idempotency.Store.
 func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return 0, idempotency.Claim{}, err
 	}
-	sk, err := s.storageKey(key)
+	sk, err := s.g.StorageKey(key)
 	if err != nil {
 		return 0, idempotency.Claim{}, err
 	}
@@ -269,7 +268,7 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 	// than the server gave.
 	start := time.Now()
 	if _, err := s.db.ExecContext(ctx, s.sqlClaim, sk, token, s.claimUS); err != nil {
-		return 0, idempotency.Claim{}, s.opError(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, s.g.Error(ctx, "try-claim", err)
 	}
 	var (
 		state, owner string
@@ -281,7 +280,7 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 		// Purged or released between the two statements: not ours.
 		return idempotency.InProgress, idempotency.Claim{}, nil
 	case err != nil:
-		return 0, idempotency.Claim{}, s.opError(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, s.g.Error(ctx, "try-claim", err)
 	case owner == token && state == "claimed":
 		return idempotency.Claimed, idempotency.Claim{Key: key, Token: token, Expires: start.Add(s.o.ClaimTTL)}, nil
 	case state == "confirmed" && live:
@@ -290,39 +289,17 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 	return idempotency.InProgress, idempotency.Claim{}, nil
 }
 
-// Confirm implements idempotency.Store: ErrClaimLost when the row no
-// longer holds the caller's live claim.
-func (s *Store) Confirm(ctx context.Context, c idempotency.Claim) error {
-	sk, err := s.ownerCheck(ctx, c)
-	if err != nil {
-		return err
-	}
-	res, err := s.db.ExecContext(ctx, s.sqlConfirm, s.retainUS, sk, c.Token)
-	return s.oneRow(ctx, "confirm", res, err)
-}
-
-// Release implements idempotency.Store: it deletes the caller's live
-// claim; ErrClaimLost when the row no longer holds it.
-func (s *Store) Release(ctx context.Context, c idempotency.Claim) error {
-	sk, err := s.ownerCheck(ctx, c)
-	if err != nil {
-		return err
-	}
-	res, err := s.db.ExecContext(ctx, s.sqlRelease, sk, c.Token)
-	return s.oneRow(ctx, "release", res, err)
-}
-
 // Renew implements idempotency.Store: the claim's lease runs a full claim
 // TTL from the server's now; ErrClaimLost when the row no longer holds it.
 func (s *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Claim, error) {
-	sk, err := s.ownerCheck(ctx, c)
+	sk, err := s.g.Owner(ctx, c)
 	if err != nil {
 		return idempotency.Claim{}, err
 	}
 	start := time.Now()
 	res, err := s.db.ExecContext(ctx, s.sqlRenew, s.claimUS, sk, c.Token)
 	if err != nil {
-		return idempotency.Claim{}, s.opError(ctx, "renew", err)
+		return idempotency.Claim{}, s.g.Error(ctx, "renew", err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		// An UPDATE that writes the value the row holds (a renewal in the
@@ -330,7 +307,7 @@ func (s *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Cla
 		// is still held.
 		var held bool
 		if err := s.db.QueryRowContext(ctx, s.sqlHeld, sk, c.Token).Scan(&held); err != nil {
-			return idempotency.Claim{}, s.opError(ctx, "renew", err)
+			return idempotency.Claim{}, s.g.Error(ctx, "renew", err)
 		}
 		if !held {
 			return idempotency.Claim{}, idempotency.ErrClaimLost
@@ -340,20 +317,21 @@ func (s *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Cla
 	return c, nil
 }
 
+// Confirm implements idempotency.Store: ErrClaimLost when the row no
+// longer holds the caller's live claim.
+func (s *Store) Confirm(ctx context.Context, c idempotency.Claim) error {
+	return s.core.Confirm(ctx, c)
+}
+
+// Release implements idempotency.Store: it deletes the caller's live
+// claim; ErrClaimLost when the row no longer holds it.
+func (s *Store) Release(ctx context.Context, c idempotency.Claim) error {
+	return s.core.Release(ctx, c)
+}
+
 // IsConfirmed implements idempotency.Store.
 func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, error) {
-	if err := s.begin(ctx); err != nil {
-		return false, err
-	}
-	sk, err := s.storageKey(key)
-	if err != nil {
-		return false, err
-	}
-	var ok bool
-	if err := s.db.QueryRowContext(ctx, s.sqlIsConfirmed, sk).Scan(&ok); err != nil {
-		return false, s.opError(ctx, "is-confirmed", err)
-	}
-	return ok, nil
+	return s.core.IsConfirmed(ctx, key)
 }
 
 // Purge deletes expired rows (lapsed claims and confirmations past their
@@ -362,58 +340,23 @@ func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 // own short statement; it stops after the first short batch and returns
 // how many rows it deleted.
 func (s *Store) Purge(ctx context.Context, batch int) (n int64, err error) {
-	t0 := time.Now()
-	defer func() { s.purged.Observe(n, time.Since(t0), err) }()
-	return s.purge(ctx, batch, purgeloop.Unpaced)
+	return s.core.Purge(ctx, batch)
 }
 
 // PurgeStats returns the counters of the store's purges, the automatic
 // ones and the calls of Purge.
-func (s *Store) PurgeStats() idempotency.PurgeStats {
-	runs, rows, errs, busy := s.purged.Load()
-	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
-}
-
-// purge is Purge without the counting; see purgeloop.Batches for pace.
-func (s *Store) purge(ctx context.Context, batch int, pace int) (int64, error) {
-	if batch <= 0 {
-		batch = s.o.PurgeBatch
-	}
-	return purgeloop.Batches(ctx, batch, pace, func(ctx context.Context) (int64, error) {
-		if err := s.begin(ctx); err != nil {
-			return 0, err
-		}
-		res, err := s.db.ExecContext(ctx, s.sqlPurge, batch)
-		if err != nil {
-			return 0, s.opError(ctx, "purge", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return 0, s.opError(ctx, "purge", err)
-		}
-		return n, nil
-	})
-}
-
-// autoPurge is the automatic purge: Purge, paced.
-func (s *Store) autoPurge(ctx context.Context) (n int64, err error) {
-	t0 := time.Now()
-	defer func() { s.purged.Observe(n, time.Since(t0), err) }()
-	return s.purge(ctx, 0, purgeloop.Server)
-}
+func (s *Store) PurgeStats() idempotency.PurgeStats { return s.core.PurgeStats() }
 
 // Close marks the store closed (later calls return ErrClosed), stops the
 // automatic purge (waiting for a purge in progress to stop at its next
 // statement) and closes the connections if the store opened them (Open).
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	return s.core.Close(func() error {
+		if s.ownsDB {
+			return s.db.Close()
+		}
 		return nil
-	}
-	s.purger.Stop()
-	if s.ownsDB {
-		return s.db.Close()
-	}
-	return nil
+	})
 }
 
 // Backlog samples the store (see idempotency.Backlog) in one statement,
@@ -433,7 +376,7 @@ func (s *Store) Close() error {
 // information_schema_stats_expiry (a day by default; MariaDB reads it
 // afresh).
 func (s *Store) Backlog(ctx context.Context) (idempotency.Backlog, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return idempotency.Backlog{}, err
 	}
 	var held int64
@@ -441,7 +384,7 @@ func (s *Store) Backlog(ctx context.Context) (idempotency.Backlog, error) {
 	err := s.db.QueryRowContext(ctx, s.sqlBacklog, s.schema, s.name, s.claimUS, s.claimUS, s.retainUS, s.claimUS).
 		Scan(&held, &oldestHeld, &oldestFirst, &rows)
 	if err != nil {
-		return idempotency.Backlog{}, s.opError(ctx, "backlog", err)
+		return idempotency.Backlog{}, s.g.Error(ctx, "backlog", err)
 	}
 	us := func(v sql.NullInt64) time.Duration { return max(time.Duration(v.Int64)*time.Microsecond, 0) }
 	b := idempotency.Backlog{Held: held, Rows: rows.Int64, OldestRow: us(oldestFirst)}
@@ -458,73 +401,3 @@ const (
 	backlogHeldCap   = 10000
 	backlogFirstRows = 1000
 )
-
-// begin returns ctx's error or ErrClosed, checked before any I/O.
-func (s *Store) begin(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return idempotency.ErrClosed
-	}
-	return nil
-}
-
-// ownerCheck runs begin, validates c's key and token and returns the
-// storage key. A claim without a token was never held: ErrClaimLost.
-func (s *Store) ownerCheck(ctx context.Context, c idempotency.Claim) (string, error) {
-	if err := s.begin(ctx); err != nil {
-		return "", err
-	}
-	sk, err := s.storageKey(c.Key)
-	if err != nil {
-		return "", err
-	}
-	if c.Token == "" {
-		return "", idempotency.ErrClaimLost
-	}
-	return sk, nil
-}
-
-// storageKey validates key and returns its storage form (hashed beyond
-// MaxKeyLength).
-func (s *Store) storageKey(key idempotency.Key) (string, error) {
-	if err := key.Validate(); err != nil {
-		return "", err
-	}
-	return claimkit.StorageKey(key, s.o.MaxKeyLength), nil
-}
-
-// oneRow turns an UPDATE or DELETE of one held claim into nil or
-// ErrClaimLost.
-func (s *Store) oneRow(ctx context.Context, op string, res sql.Result, err error) error {
-	if err != nil {
-		return s.opError(ctx, op, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return s.opError(ctx, op, err)
-	}
-	if n != 1 {
-		return idempotency.ErrClaimLost
-	}
-	return nil
-}
-
-// opError wraps a driver error; when ctx ended, the context's error is
-// the cause so callers can match it with errors.Is.
-func (s *Store) opError(ctx context.Context, op string, err error) error {
-	if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return fmt.Errorf("idempotency: mysql %s: %w (%v)", op, ctxErr, err)
-	}
-	return fmt.Errorf("idempotency: mysql %s: %w", op, err)
-}
-
-// durationUS converts d to whole microseconds, rounding up, at least 1.
-func durationUS(d time.Duration) int64 {
-	us := int64((d + time.Microsecond - 1) / time.Microsecond)
-	if us < 1 {
-		us = 1
-	}
-	return us
-}

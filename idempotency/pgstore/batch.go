@@ -157,13 +157,13 @@ func (p *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 	if len(res) != len(keys) {
 		return fmt.Errorf("idempotency: postgres try-claim batch: %d results for %d keys", len(res), len(keys))
 	}
-	if err := p.begin(ctx); err != nil {
+	if err := p.g.Begin(ctx); err != nil {
 		return err
 	}
 	items := make([]batchItem, 0, len(keys))
 	for i, k := range keys {
 		res[i] = idempotency.ClaimResult{}
-		sk, err := p.storageKey(k)
+		sk, err := p.g.StorageKey(k)
 		if err != nil {
 			res[i].Err = err
 			continue
@@ -259,7 +259,7 @@ func (p *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 		return nil
 	})
 	if err != nil {
-		return p.opError(ctx, "try-claim batch", err)
+		return p.g.Error(ctx, "try-claim batch", err)
 	}
 	answerRepeats(res, repeats)
 	return nil
@@ -291,7 +291,7 @@ func (p *Store) ConfirmBatch(ctx context.Context, claims []idempotency.Claim, er
 	return p.settleBatch(ctx, "confirm batch", claims, errs, func(sks, tokens []string) (pgx.Rows, error) {
 		return p.pool.Query(ctx, p.sqlConfirmBatch, p.batchMode, sks, tokens, p.retainUS)
 	}, func(sk, token string) (pgconn.CommandTag, error) {
-		return p.pool.Exec(ctx, p.sqlConfirm, sk, token, p.retainUS)
+		return p.pool.Exec(ctx, p.sqlConfirm, p.retainUS, sk, token)
 	})
 }
 
@@ -312,12 +312,12 @@ func (p *Store) settleBatch(ctx context.Context, op string, claims []idempotency
 	if len(errs) != len(claims) {
 		return fmt.Errorf("idempotency: postgres %s: %d error slots for %d claims", op, len(errs), len(claims))
 	}
-	if err := p.begin(ctx); err != nil {
+	if err := p.g.Begin(ctx); err != nil {
 		return err
 	}
 	items := make([]batchItem, 0, len(claims))
 	for i, c := range claims {
-		sk, err := p.storageKey(c.Key)
+		sk, err := p.g.StorageKey(c.Key)
 		switch {
 		case err != nil:
 			errs[i] = err
@@ -356,7 +356,7 @@ func (p *Store) settleBatch(ctx context.Context, op string, claims []idempotency
 	if len(uniq) == 1 {
 		tag, err := one(uniq[0].sk, uniq[0].token)
 		if err != nil {
-			return p.opError(ctx, op, err)
+			return p.g.Error(ctx, op, err)
 		}
 		if tag.RowsAffected() == 1 {
 			errs[uniq[0].i] = nil
@@ -384,7 +384,7 @@ func (p *Store) settleBatch(ctx context.Context, op string, claims []idempotency
 		return rows.Err()
 	})
 	if err != nil {
-		return p.opError(ctx, op, err)
+		return p.g.Error(ctx, op, err)
 	}
 	for _, i := range done {
 		errs[i] = nil

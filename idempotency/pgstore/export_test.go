@@ -26,4 +26,4 @@ func PurgeSQL(p *Store) string { return p.sqlPurge }
 func IsConfirmedSQL(p *Store) string { return p.sqlIsConfirmed }
 
 // PurgeDone is closed once p's automatic purge goroutine has returned.
-func PurgeDone(p *Store) <-chan struct{} { return p.purger.Done() }
+func PurgeDone(p *Store) <-chan struct{} { return p.core.PurgeDone() }

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,10 +16,12 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/claimkit"
+	"github.com/acemq/msgaudit/internal/claimsql"
 	"github.com/acemq/msgaudit/internal/pgpooler"
 	"github.com/acemq/msgaudit/internal/pgtable"
 	"github.com/acemq/msgaudit/internal/purgeloop"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/internal/sqldb/pgxdb"
 	"github.com/acemq/msgaudit/internal/storeconn"
 )
 
@@ -108,9 +109,10 @@ const MaxKeyLength = 2048
 // opened by URL (Open); a store made with New
 // leaves the pool to its caller, and Close does not close it.
 type Store struct {
+	core     *claimsql.Store // confirm, release, is-confirmed, purge, close
+	g        *claimkit.Guard
 	pool     *pgxpool.Pool
 	ownsPool bool
-	closed   atomic.Bool
 	o        idempotency.Options
 	claimUS  int64
 	retainUS int64
@@ -122,9 +124,6 @@ type Store struct {
 
 	sqlTryClaimBatch, sqlConfirmBatch, sqlReleaseBatch string
 	batchMode                                          pgx.QueryExecMode // see batchExecMode
-
-	purged purgeloop.Counters
-	purger *purgeloop.Loop
 }
 
 // New returns a store on opts.Table in pool. New does no I/O: call
@@ -172,8 +171,9 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, er
 	p := &Store{
 		pool:     pool,
 		o:        o,
-		claimUS:  durationUS(o.ClaimTTL),
-		retainUS: durationUS(o.Retention),
+		claimUS:  claimkit.Micros(o.ClaimTTL),
+		retainUS: claimkit.Micros(o.Retention),
+		g:        &claimkit.Guard{Name: "postgres", MaxKeyLength: o.MaxKeyLength, Explain: pgpooler.Explain},
 		table:    ident.Sanitize(),
 		index:    pgx.Identifier{m[2] + postgresIndexSuffix}.Sanitize(),
 	}
@@ -181,18 +181,19 @@ func newStore(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, er
 	p.batchMode = batchExecMode(cc.DefaultQueryExecMode, cc.DescriptionCacheCapacity)
 	p.buildSQL()
 	p.buildBatchSQL()
-	p.purger = purgeloop.Start(-1, "", nil, nil)
+	p.core = claimsql.New(pgxdb.Pool(pool), p.g, claimsql.Dialect{Confirm: p.sqlConfirm, Release: p.sqlRelease,
+		IsConfirmed: p.sqlIsConfirmed, Purge: p.sqlPurge, Resume: true, Pace: purgeloop.Server}, o)
 	return p, nil
 }
 
 // startPurge starts the automatic purge (Options.PurgeInterval).
 func (p *Store) startPurge() {
-	p.purger = purgeloop.Start(p.o.PurgeInterval, "idempotency: postgres "+p.table, p.o.Logger, p.autoPurge)
+	p.core.StartPurge("idempotency: postgres " + p.table)
 }
 
 // buildSQL writes the statements once; only the table name is spliced in,
 // and it is a validated, quoted identifier. Every other value is a
-// parameter. $3 is always a duration in microseconds.
+// parameter. A duration is in microseconds ($3, but $1 in sqlConfirm).
 func (p *Store) buildSQL() {
 	t := p.table
 	// old is the key's row as this statement's snapshot sees it.
@@ -245,8 +246,8 @@ FROM old
 WHERE NOT EXISTS (SELECT 1 FROM ins)`
 
 	p.sqlConfirm = `UPDATE ` + t + `
-SET state = 'confirmed', owner = NULL, expires_at = now() + $3::bigint * interval '1 microsecond', updated_at = now()
-WHERE key = $1 AND owner = $2 AND state = 'claimed' AND expires_at > now()`
+SET state = 'confirmed', owner = NULL, expires_at = now() + $1::bigint * interval '1 microsecond', updated_at = now()
+WHERE key = $2 AND owner = $3 AND state = 'claimed' AND expires_at > now()`
 
 	p.sqlRelease = `DELETE FROM ` + t + `
 WHERE key = $1 AND owner = $2 AND state = 'claimed' AND expires_at > now()`
@@ -328,7 +329,7 @@ SELECT count(*), max(expires_at) FROM d`
 // analyzed, or was analyzed empty, it is an exact count capped at 10,000
 // rows.
 func (p *Store) Backlog(ctx context.Context) (idempotency.Backlog, error) {
-	if err := p.begin(ctx); err != nil {
+	if err := p.g.Begin(ctx); err != nil {
 		return idempotency.Backlog{}, err
 	}
 	var held, oldestHeld, oldestRow int64
@@ -336,7 +337,7 @@ func (p *Store) Backlog(ctx context.Context) (idempotency.Backlog, error) {
 	err := p.pool.QueryRow(ctx, p.sqlBacklog, p.batchMode, p.table, p.claimUS, backlogHeldCap, backlogFirstRows).
 		Scan(&held, &oldestHeld, &oldestRow, &rows)
 	if err != nil {
-		return idempotency.Backlog{}, p.opError(ctx, "backlog", err)
+		return idempotency.Backlog{}, p.g.Error(ctx, "backlog", err)
 	}
 	b := idempotency.Backlog{Held: held, OldestRow: max(time.Duration(oldestRow)*time.Microsecond, 0)}
 	if held > 0 {
@@ -367,11 +368,11 @@ const (
 // unlogged one (emptied by crash recovery, absent on standbys): both lose
 // recorded keys, and a redelivery would be applied again.
 func (p *Store) Migrate(ctx context.Context) error {
-	if err := p.begin(ctx); err != nil {
+	if err := p.g.Begin(ctx); err != nil {
 		return err
 	}
 	if err := p.migrate(ctx); err != nil {
-		return p.opError(ctx, "migrate", err)
+		return p.g.Error(ctx, "migrate", err)
 	}
 	return nil
 }
@@ -479,9 +480,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	p.ownsPool = true
 	if err := p.migrate(ctx); err != nil {
 		pool.Close()
-		if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
-			err = fmt.Errorf("%w (%v)", ctxErr, err)
-		}
+		err = claimkit.CtxCause(ctx, err)
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres %s: migrate: %w", red, err), rawURL)
 	}
 	p.startPurge()
@@ -531,10 +530,10 @@ func openPostgresURL(ctx context.Context, rawURL string, o idempotency.Options) 
 // place when the old claim or confirmation expired. ok is false when the
 // key holds a live claim or a retained confirmation.
 func (p *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
-	if err := p.begin(ctx); err != nil {
+	if err := p.g.Begin(ctx); err != nil {
 		return idempotency.Claim{}, false, err
 	}
-	sk, err := p.storageKey(key)
+	sk, err := p.g.StorageKey(key)
 	if err != nil {
 		return idempotency.Claim{}, false, err
 	}
@@ -545,7 +544,7 @@ func (p *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Cla
 		return idempotency.Claim{}, false, nil
 	}
 	if err != nil {
-		return idempotency.Claim{}, false, p.opError(ctx, "claim", err)
+		return idempotency.Claim{}, false, p.g.Error(ctx, "claim", err)
 	}
 	return idempotency.Claim{Key: key, Token: token, Expires: expires}, true, nil
 }
@@ -554,10 +553,10 @@ func (p *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Cla
 // statement (see the comment on the SQL in buildSQL for why each answer is
 // safe under concurrency).
 func (p *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
-	if err := p.begin(ctx); err != nil {
+	if err := p.g.Begin(ctx); err != nil {
 		return 0, idempotency.Claim{}, err
 	}
-	sk, err := p.storageKey(key)
+	sk, err := p.g.StorageKey(key)
 	if err != nil {
 		return 0, idempotency.Claim{}, err
 	}
@@ -583,7 +582,7 @@ func (p *Store) tryClaim(ctx context.Context, sk, token string) (idempotency.Out
 		return idempotency.InProgress, time.Time{}, nil
 	}
 	if err != nil {
-		return 0, time.Time{}, p.opError(ctx, "try-claim", err)
+		return 0, time.Time{}, p.g.Error(ctx, "try-claim", err)
 	}
 	switch outcome {
 	case "claimed":
@@ -603,41 +602,19 @@ func (p *Store) tryClaim(ctx context.Context, sk, token string) (idempotency.Out
 // retention period. ErrClaimLost when the row no longer holds the caller's
 // live claim; nothing is changed then.
 func (p *Store) Confirm(ctx context.Context, c idempotency.Claim) error {
-	sk, err := p.ownerCheck(ctx, c)
-	if err != nil {
-		return err
-	}
-	tag, err := p.pool.Exec(ctx, p.sqlConfirm, sk, c.Token, p.retainUS)
-	if err != nil {
-		return p.opError(ctx, "confirm", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return idempotency.ErrClaimLost
-	}
-	return nil
+	return p.core.Confirm(ctx, c)
 }
 
 // Release deletes the caller's live claim. ErrClaimLost when the row no
 // longer holds it (expired, taken over, released or confirmed).
 func (p *Store) Release(ctx context.Context, c idempotency.Claim) error {
-	sk, err := p.ownerCheck(ctx, c)
-	if err != nil {
-		return err
-	}
-	tag, err := p.pool.Exec(ctx, p.sqlRelease, sk, c.Token)
-	if err != nil {
-		return p.opError(ctx, "release", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return idempotency.ErrClaimLost
-	}
-	return nil
+	return p.core.Release(ctx, c)
 }
 
 // Renew extends the caller's live claim to a full claim TTL from the
 // server's now. ErrClaimLost when the row no longer holds it.
 func (p *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Claim, error) {
-	sk, err := p.ownerCheck(ctx, c)
+	sk, err := p.g.Owner(ctx, c)
 	if err != nil {
 		return idempotency.Claim{}, err
 	}
@@ -647,7 +624,7 @@ func (p *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Cla
 		return idempotency.Claim{}, idempotency.ErrClaimLost
 	}
 	if err != nil {
-		return idempotency.Claim{}, p.opError(ctx, "renew", err)
+		return idempotency.Claim{}, p.g.Error(ctx, "renew", err)
 	}
 	c.Expires = expires
 	return c, nil
@@ -656,18 +633,7 @@ func (p *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Cla
 // IsConfirmed reports whether key holds a confirmation still retained at the
 // server's now.
 func (p *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, error) {
-	if err := p.begin(ctx); err != nil {
-		return false, err
-	}
-	sk, err := p.storageKey(key)
-	if err != nil {
-		return false, err
-	}
-	var ok bool
-	if err := p.pool.QueryRow(ctx, p.sqlIsConfirmed, sk).Scan(&ok); err != nil {
-		return false, p.opError(ctx, "is-confirmed", err)
-	}
-	return ok, nil
+	return p.core.IsConfirmed(ctx, key)
 }
 
 // Purge deletes expired rows (lapsed claims and confirmations past their
@@ -683,115 +649,21 @@ func (p *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 // On an error or a cancelled ctx, Purge returns the rows deleted so far with
 // the error; the batches already done stay done.
 func (p *Store) Purge(ctx context.Context, batch int) (n int64, err error) {
-	t0 := time.Now()
-	defer func() { p.purged.Observe(n, time.Since(t0), err) }()
-	return p.purge(ctx, batch, purgeloop.Unpaced)
+	return p.core.Purge(ctx, batch)
 }
 
 // PurgeStats returns the counters of the store's purges, the automatic
 // ones and the calls of Purge.
-func (p *Store) PurgeStats() idempotency.PurgeStats {
-	runs, rows, errs, busy := p.purged.Load()
-	return idempotency.PurgeStats{Runs: runs, Rows: rows, Errors: errs, Time: busy}
-}
-
-// purge is Purge without the counting; see purgeloop.Batches for pace.
-func (p *Store) purge(ctx context.Context, batch int, pace int) (int64, error) {
-	if batch <= 0 {
-		batch = p.o.PurgeBatch
-	}
-	var from time.Time // where the next batch starts (see buildSQL)
-	return purgeloop.Batches(ctx, batch, pace, func(ctx context.Context) (int64, error) {
-		if err := p.begin(ctx); err != nil {
-			return 0, err
-		}
-		var n int64
-		var last *time.Time
-		if err := p.pool.QueryRow(ctx, p.sqlPurge, batch, from).Scan(&n, &last); err != nil {
-			return 0, p.opError(ctx, "purge", err)
-		}
-		if last != nil {
-			from = *last
-		}
-		return n, nil
-	})
-}
-
-// autoPurge is the automatic purge: Purge, paced.
-func (p *Store) autoPurge(ctx context.Context) (n int64, err error) {
-	t0 := time.Now()
-	defer func() { p.purged.Observe(n, time.Since(t0), err) }()
-	return p.purge(ctx, 0, purgeloop.Server)
-}
+func (p *Store) PurgeStats() idempotency.PurgeStats { return p.core.PurgeStats() }
 
 // Close marks the store closed (later calls return ErrClosed), stops the
 // automatic purge (waiting for a purge in progress to stop at its next
 // statement) and closes the pool if the store created it (Open).
 func (p *Store) Close() error {
-	if p.closed.Swap(true) {
+	return p.core.Close(func() error {
+		if p.ownsPool {
+			p.pool.Close()
+		}
 		return nil
-	}
-	p.purger.Stop()
-	if p.ownsPool {
-		p.pool.Close()
-	}
-	return nil
-}
-
-// begin returns ctx's error or ErrClosed, checked before any I/O.
-func (p *Store) begin(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if p.closed.Load() {
-		return idempotency.ErrClosed
-	}
-	return nil
-}
-
-// ownerCheck runs begin, validates c's key and token and returns the
-// storage key. A claim without a token was never held: ErrClaimLost.
-func (p *Store) ownerCheck(ctx context.Context, c idempotency.Claim) (string, error) {
-	if err := p.begin(ctx); err != nil {
-		return "", err
-	}
-	sk, err := p.storageKey(c.Key)
-	if err != nil {
-		return "", err
-	}
-	if c.Token == "" {
-		return "", idempotency.ErrClaimLost
-	}
-	return sk, nil
-}
-
-// storageKey validates key and returns its storage form (hashed beyond
-// MaxKeyLength, or when not valid UTF-8 or holding NUL, which text cannot
-// store).
-func (p *Store) storageKey(key idempotency.Key) (string, error) {
-	if err := key.Validate(); err != nil {
-		return "", err
-	}
-	return claimkit.StorageKey(key, p.o.MaxKeyLength), nil
-}
-
-// opError wraps a pgx error, with a hint when a transaction-mode pooler
-// broke pgx's statement cache (see internal/pgpooler). When ctx ended, the context's error is the
-// cause so callers can match it with errors.Is.
-func (p *Store) opError(ctx context.Context, op string, err error) error {
-	err = pgpooler.Explain(err)
-	if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return fmt.Errorf("idempotency: postgres %s: %w (%v)", op, ctxErr, err)
-	}
-	return fmt.Errorf("idempotency: postgres %s: %w", op, err)
-}
-
-// durationUS converts d to whole microseconds (PostgreSQL's timestamp
-// resolution), rounding up, and at least 1.
-func durationUS(d time.Duration) int64 {
-	us := int64((d + time.Microsecond - 1) / time.Microsecond)
-	if us < 1 {
-		us = 1
-	}
-	return us
+	})
 }

@@ -37,7 +37,7 @@ func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 	if len(res) != len(keys) {
 		return fmt.Errorf("idempotency: redis try-claim batch: %d results for %d keys", len(res), len(keys))
 	}
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return err
 	}
 	var b batch
@@ -48,7 +48,7 @@ func (s *Store) TryClaimBatch(ctx context.Context, keys []idempotency.Key, res [
 	for i, k := range keys {
 		res[i] = idempotency.ClaimResult{}
 		dupOf[i] = -1
-		sk, err := s.storageKey(k)
+		sk, err := s.g.StorageKey(k)
 		if err != nil {
 			res[i].Err = err
 			continue
@@ -121,7 +121,7 @@ func (s *Store) ownerBatch(ctx context.Context, op string, script *redis.Script,
 	if len(errs) != len(claims) {
 		return fmt.Errorf("idempotency: redis %s batch: %d errors for %d claims", op, len(errs), len(claims))
 	}
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return err
 	}
 	// round[i] is the occurrence number of claims[i]'s key (0 for the
@@ -133,7 +133,7 @@ func (s *Store) ownerBatch(ctx context.Context, op string, script *redis.Script,
 	for i, c := range claims {
 		errs[i] = nil
 		round[i] = -1
-		sk, err := s.storageKey(c.Key)
+		sk, err := s.g.StorageKey(c.Key)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -303,7 +303,7 @@ func (b *batch) run(ctx context.Context, s *Store, op string, script *redis.Scri
 	for k, c := range cmds {
 		v, err := c.Int64()
 		if err != nil {
-			b.errs[k] = s.opError(ctx, op, err)
+			b.errs[k] = s.g.Error(ctx, op, err)
 			firstErr = cmpOr(firstErr, b.errs[k])
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -134,7 +133,7 @@ type Store struct {
 	claimMS    int64
 	retainMS   int64
 	ownsClient bool
-	closed     atomic.Bool
+	g          *claimkit.Guard
 }
 
 // MaxKeyLength is the largest Options.MaxKeyLength the Redis store
@@ -177,6 +176,7 @@ func newStore(client redis.UniversalClient, prefix string, o idempotency.Options
 		o:        o,
 		claimMS:  durationMS(o.ClaimTTL),
 		retainMS: durationMS(o.Retention),
+		g:        &claimkit.Guard{Name: "redis", Prefix: prefix, MaxKeyLength: o.MaxKeyLength},
 	}, nil
 }
 
@@ -236,9 +236,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	client := cfg.NewClient()
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
-			err = fmt.Errorf("%w (%v)", ctxErr, err)
-		}
+		err = claimkit.CtxCause(ctx, err)
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: redis %s: ping: %w", red, err), rawURL)
 	}
 	s, err := newStore(client, prefix, o)
@@ -263,10 +261,10 @@ func openRedisURL(ctx context.Context, rawURL string, o idempotency.Options) (id
 // for claimkit.TryClaim and the tests). ok is false when the key is
 // claimed or confirmed.
 func (s *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Claim, bool, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return idempotency.Claim{}, false, err
 	}
-	sk, err := s.storageKey(key)
+	sk, err := s.g.StorageKey(key)
 	if err != nil {
 		return idempotency.Claim{}, false, err
 	}
@@ -274,7 +272,7 @@ func (s *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Cla
 	start := time.Now()
 	ok, err := s.client.SetNX(ctx, sk, redisClaimPrefix+token, time.Duration(s.claimMS)*time.Millisecond).Result()
 	if err != nil {
-		return idempotency.Claim{}, false, s.opError(ctx, "claim", err)
+		return idempotency.Claim{}, false, s.g.Error(ctx, "claim", err)
 	}
 	if !ok {
 		return idempotency.Claim{}, false, nil
@@ -285,10 +283,10 @@ func (s *Store) claim(ctx context.Context, key idempotency.Key) (idempotency.Cla
 // TryClaim claims key, or tells a confirmed key from a claimed one, in one
 // script run.
 func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.Outcome, idempotency.Claim, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return 0, idempotency.Claim{}, err
 	}
-	sk, err := s.storageKey(key)
+	sk, err := s.g.StorageKey(key)
 	if err != nil {
 		return 0, idempotency.Claim{}, err
 	}
@@ -296,7 +294,7 @@ func (s *Store) TryClaim(ctx context.Context, key idempotency.Key) (idempotency.
 	start := time.Now()
 	res, err := redisTryClaim.Run(ctx, s.client, []string{sk}, redisClaimPrefix+token, s.claimMS).Int64()
 	if err != nil {
-		return 0, idempotency.Claim{}, s.opError(ctx, "try-claim", err)
+		return 0, idempotency.Claim{}, s.g.Error(ctx, "try-claim", err)
 	}
 	switch res {
 	case redisResClaimed:
@@ -336,10 +334,10 @@ func (s *Store) Renew(ctx context.Context, c idempotency.Claim) (idempotency.Cla
 
 // IsConfirmed reports whether key holds a retained confirmation (one GET).
 func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, error) {
-	if err := s.begin(ctx); err != nil {
+	if err := s.g.Begin(ctx); err != nil {
 		return false, err
 	}
-	sk, err := s.storageKey(key)
+	sk, err := s.g.StorageKey(key)
 	if err != nil {
 		return false, err
 	}
@@ -348,7 +346,7 @@ func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 		return false, nil
 	}
 	if err != nil {
-		return false, s.opError(ctx, "is-confirmed", err)
+		return false, s.g.Error(ctx, "is-confirmed", err)
 	}
 	return v == redisConfirmed, nil
 }
@@ -357,21 +355,10 @@ func (s *Store) IsConfirmed(ctx context.Context, key idempotency.Key) (bool, err
 // the client if the store created it (Open); a client passed to
 // New stays open.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) || !s.ownsClient {
+	if !s.g.Close() || !s.ownsClient {
 		return nil
 	}
 	return s.client.Close()
-}
-
-// begin returns ctx's error or ErrClosed, checked before any I/O.
-func (s *Store) begin(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.closed.Load() {
-		return idempotency.ErrClosed
-	}
-	return nil
 }
 
 // ownerScript runs one of the owner-checking scripts for c with the
@@ -379,43 +366,19 @@ func (s *Store) begin(ctx context.Context) error {
 // call (the base of a renewed expiry). A script answering 0 means the key
 // does not hold c's claim: ErrClaimLost, nothing changed.
 func (s *Store) ownerScript(ctx context.Context, op string, script *redis.Script, c idempotency.Claim, ms int64) (time.Time, error) {
-	if err := s.begin(ctx); err != nil {
-		return time.Time{}, err
-	}
-	sk, err := s.storageKey(c.Key)
+	sk, err := s.g.Owner(ctx, c)
 	if err != nil {
 		return time.Time{}, err
-	}
-	if c.Token == "" {
-		return time.Time{}, idempotency.ErrClaimLost
 	}
 	start := time.Now()
 	res, err := script.Run(ctx, s.client, []string{sk}, redisClaimPrefix+c.Token, ms).Int64()
 	if err != nil {
-		return time.Time{}, s.opError(ctx, op, err)
+		return time.Time{}, s.g.Error(ctx, op, err)
 	}
 	if res != 1 {
 		return time.Time{}, idempotency.ErrClaimLost
 	}
 	return start, nil
-}
-
-// storageKey validates key and returns the Redis key: the store's prefix
-// plus the key's storage form (hashed beyond MaxKeyLength, like every store).
-func (s *Store) storageKey(key idempotency.Key) (string, error) {
-	if err := key.Validate(); err != nil {
-		return "", err
-	}
-	return s.prefix + claimkit.StorageKey(key, s.o.MaxKeyLength), nil
-}
-
-// opError wraps a client error. When ctx ended, the context's error is
-// returned as the cause so callers can match it with errors.Is.
-func (s *Store) opError(ctx context.Context, op string, err error) error {
-	if ctxErr := storeconn.CtxDone(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
-		return fmt.Errorf("idempotency: redis %s: %w (%v)", op, ctxErr, err)
-	}
-	return fmt.Errorf("idempotency: redis %s: %w", op, err)
 }
 
 // durationMS converts d to whole milliseconds for PX and PEXPIRE, rounding

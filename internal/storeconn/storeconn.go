@@ -5,30 +5,13 @@
 package storeconn
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/acemq/msgaudit/internal/redact"
 )
-
-// CtxDone returns ctx's error, or context.DeadlineExceeded when ctx's
-// deadline has passed but its timer has not fired yet: a client that sets
-// the deadline on the socket can see its I/O time out a moment before
-// ctx.Err() turns non-nil, and the caller should still learn that its
-// deadline, not the server, ended the call.
-func CtxDone(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
 
 // CutQueryParam removes every occurrence of the query parameter name from
 // rawURL and returns the rest of the URL byte for byte, the parameter's last

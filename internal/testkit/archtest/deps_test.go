@@ -51,8 +51,9 @@ var layers = map[string]float64{
 	"msgid": 1.0, "bitsetbin": 1.1, "audit": 1.2, "audit/audittest": 1.25, "connaudit": 1.3,
 	// Store interfaces, their memory stores and conformance suites.
 	"idempotency": 2, "metadata": 2,
-	"internal/claimkit":     2.2, // tokens and the two-state TryClaim the backends share
-	"internal/metasql":      2.3, // the SQL metadata stores' operations, once for every dialect
+	"internal/claimkit":     2.2,  // tokens, the two-state TryClaim and the checks the backends share
+	"internal/claimsql":     2.25, // confirm, release, is-confirmed and the purge of the SQL stores
+	"internal/metasql":      2.3,  // the SQL metadata stores' operations, once for every dialect
 	"idempotency/storetest": 2.5, "metadata/storetest": 2.5,
 	// The pipeline.
 	"receiver": 3,
