@@ -578,7 +578,7 @@ func (c *Consumer) deadLetter(ctx context.Context, nc *nats.Conn, js jetstream.J
 	// A record published twice (its Term lost, the message dead-lettered
 	// again) is dropped by the dead-letter stream within its duplicate
 	// window.
-	rec.Header.Set(jetstream.MsgIDHeader, "msgaudit-dlq:"+c.cfg.Stream+":"+c.cfg.Consumer+":"+seq)
+	rec.Header.Set(jetstream.MsgIDHeader, deadLetterID(c.cfg.Stream, c.cfg.Consumer, meta.Sequence.Stream))
 	rec.Data = msg.Data()
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ConnectTimeout)
 	defer cancel()
@@ -613,7 +613,7 @@ func truncate(s string, n int) string {
 func (c *Consumer) message(msg jetstream.Msg, meta *jetstream.MsgMetadata) *receiver.Message {
 	hs := msg.Headers()
 	m := &receiver.Message{
-		Key:         c.cfg.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10),
+		Key:         deliveryKey(c.cfg.Stream, meta.Sequence.Stream, ""),
 		Destination: keyjoin.Topic(c.cfg.Stream, c.cfg.Consumer),
 		Consumer:    c.cfg.Consumer,
 		Body:        msg.Data(),
@@ -628,9 +628,22 @@ func (c *Consumer) message(msg jetstream.Msg, meta *jetstream.MsgMetadata) *rece
 				m.Headers[k] = vs[0]
 			}
 		}
-		if id := hs.Get(jetstream.MsgIDHeader); id != "" {
-			m.Key = id
-		}
+		m.Key = deliveryKey(c.cfg.Stream, meta.Sequence.Stream, hs.Get(jetstream.MsgIDHeader))
 	}
 	return m
+}
+
+// deliveryKey is the key of the message at the stream sequence seq whose
+// publisher set the Nats-Msg-Id msgID ("" for none).
+func deliveryKey(stream string, seq uint64, msgID string) string {
+	if msgID != "" {
+		return msgID
+	}
+	return stream + ":" + strconv.FormatUint(seq, 10)
+}
+
+// deadLetterID is the Nats-Msg-Id of the dead-letter record of the
+// message at the stream sequence seq.
+func deadLetterID(stream, consumer string, seq uint64) string {
+	return "msgaudit-dlq:" + stream + ":" + consumer + ":" + strconv.FormatUint(seq, 10)
 }
