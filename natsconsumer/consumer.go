@@ -607,9 +607,8 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// message builds the receiver's view of a delivery: the key is the
-// publisher's Nats-Msg-Id when it set one, else "<stream>:<stream
-// sequence>", the same on every redelivery.
+// message builds the receiver's view of a delivery: the key is
+// deliveryKey's, the same on every redelivery.
 func (c *Consumer) message(msg jetstream.Msg, meta *jetstream.MsgMetadata) *receiver.Message {
 	hs := msg.Headers()
 	m := &receiver.Message{
@@ -633,17 +632,29 @@ func (c *Consumer) message(msg jetstream.Msg, meta *jetstream.MsgMetadata) *rece
 	return m
 }
 
+// The domains of a delivery's key: a key the consumer derives from the
+// stream sequence, and a key the publisher chose (its Nats-Msg-Id). Tagged
+// apart (keyjoin.Tag), no Nats-Msg-Id spells the key of another message.
+const (
+	seqDomain = "seq"
+	idDomain  = "id"
+)
+
 // deliveryKey is the key of the message at the stream sequence seq whose
-// publisher set the Nats-Msg-Id msgID ("" for none).
+// publisher set the Nats-Msg-Id msgID ("" for none): "id:<msgID>", else
+// "seq:<stream>:<seq>".
 func deliveryKey(stream string, seq uint64, msgID string) string {
 	if msgID != "" {
-		return msgID
+		return keyjoin.Tag(idDomain, msgID)
 	}
-	return stream + ":" + strconv.FormatUint(seq, 10)
+	return keyjoin.Tag(seqDomain, stream+":"+strconv.FormatUint(seq, 10))
 }
 
 // deadLetterID is the Nats-Msg-Id of the dead-letter record of the
-// message at the stream sequence seq.
+// message at the stream sequence seq:
+// "msgaudit-dlq:<stream>#<consumer>:<seq>", the stream and the consumer
+// joined by keyjoin.Topic, so that two consumers sharing a dead-letter
+// stream never give one id.
 func deadLetterID(stream, consumer string, seq uint64) string {
-	return "msgaudit-dlq:" + stream + ":" + consumer + ":" + strconv.FormatUint(seq, 10)
+	return "msgaudit-dlq:" + keyjoin.Topic(stream, consumer) + ":" + strconv.FormatUint(seq, 10)
 }

@@ -20,18 +20,28 @@
 // acknowledged messages its history comes again, and the durable tier
 // absorbs what was handled.
 //
-// A delivery's key is the publisher's Nats-Msg-Id header when it set one,
-// else "<stream>:<stream sequence>": unique in the stream and the same on
-// every redelivery. JetStream drops a repeated Nats-Msg-Id only within the
+// A delivery's key is "id:<Nats-Msg-Id>" when the publisher set a
+// Nats-Msg-Id header, else "seq:<stream>:<stream sequence>": unique in the
+// stream and the same on every redelivery. The tags keep the keys a
+// publisher chooses apart from the keys the consumer derives: whatever
+// Nats-Msg-Id a publisher sets, it never names another message's
+// sequence. JetStream drops a repeated Nats-Msg-Id only within the
 // stream's duplicate window at publish time; the pipeline recognises it
 // at any time. Keys are scoped by the stream and the durable name
 // (Message.Destination is "<stream>#<consumer>"): each durable consumer of
 // a stream receives every message and handles it as its own unit of work,
 // while processes sharing one durable name share the scope. The default
-// audit (Config.Pipeline.Audit nil) takes "<stream>:<sequence>" keys as
-// one producer per stream with the stream sequence as its sequence, so
-// its bit window absorbs redeliveries in O(1); a redelivery older than
-// the window goes to the durable tier.
+// audit (Config.Pipeline.Audit nil) takes the "seq:<stream>:<sequence>"
+// keys as one producer per stream with the stream sequence as its
+// sequence, so its bit window absorbs redeliveries in O(1); a redelivery
+// older than the window goes to the durable tier. Publisher keys bypass
+// it, to the pipeline's in-flight and completed tables and its durable
+// tier.
+//
+// Upgrading from a version that keyed a delivery by the bare Nats-Msg-Id
+// or "<stream>:<sequence>": the durable tier knows finished work under the
+// old keys only, so a message in flight across the upgrade (delivered
+// before it, redelivered after) may run its handler once more.
 //
 // # Acknowledgements
 //
