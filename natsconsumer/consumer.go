@@ -50,6 +50,11 @@ type Consumer struct {
 	wake chan struct{} // signalled when a new generation starts
 
 	guaranteeOnce sync.Once
+
+	// dlStream is the stream that captures DeadLetterSubject, found by
+	// setup: a dead-letter record counts as stored only when that stream
+	// acknowledges it.
+	dlStream atomic.Pointer[string]
 }
 
 // generation is one stretch of the connection between a connect and the
@@ -243,7 +248,7 @@ func (c *Consumer) classify(err error) error {
 func (c *Consumer) setup(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
 	for attempt := 0; ; attempt++ {
 		cons, err := c.setupOnce(ctx, js)
-		if err == nil || errors.Is(err, ErrNoStream) {
+		if err == nil || errors.Is(err, ErrNoStream) || errors.Is(err, ErrConfig) {
 			return cons, err
 		}
 		var api *jetstream.APIError
@@ -275,12 +280,17 @@ func (c *Consumer) setupOnce(ctx context.Context, js jetstream.JetStream) (jetst
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: %w", c.cfg.Stream, err)
 	}
-	if _, err := js.StreamNameBySubject(rctx, c.cfg.DeadLetterSubject); err != nil {
+	dl, err := js.StreamNameBySubject(rctx, c.cfg.DeadLetterSubject)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("%w: no stream captures the dead-letter subject %q; create one that does", ErrNoStream, c.cfg.DeadLetterSubject)
 		}
 		return nil, fmt.Errorf("dead-letter subject %q: %w", c.cfg.DeadLetterSubject, err)
 	}
+	if err := c.checkLoop(st.CachedInfo().Config.Subjects, dl); err != nil {
+		return nil, err
+	}
+	c.dlStream.Store(&dl)
 	cc := jetstream.ConsumerConfig{
 		Durable:    c.cfg.Consumer,
 		AckPolicy:  jetstream.AckExplicitPolicy,
@@ -299,6 +309,35 @@ func (c *Consumer) setupOnce(ctx context.Context, js jetstream.JetStream) (jetst
 		return nil, fmt.Errorf("create or update consumer %q: %w", c.cfg.Consumer, err)
 	}
 	return cons, nil
+}
+
+// checkLoop refuses a consumed stream that captures the dead-letter
+// subject (one of its subjects, wildcards included, matches it, or the
+// server names it as the subject's stream dl) when the consumer reads
+// that subject too (no FilterSubjects, or one that matches it): each
+// record would come back to the consumer, fail and be dead-lettered
+// again, forever.
+func (c *Consumer) checkLoop(subjects []string, dl string) error {
+	captured := dl == c.cfg.Stream
+	for _, s := range subjects {
+		if subjectMatches(s, c.cfg.DeadLetterSubject) {
+			captured = true
+		}
+	}
+	if !captured {
+		return nil
+	}
+	reads := len(c.cfg.FilterSubjects) == 0
+	for _, f := range c.cfg.FilterSubjects {
+		if subjectMatches(f, c.cfg.DeadLetterSubject) {
+			reads = true
+		}
+	}
+	if !reads {
+		return nil
+	}
+	return fmt.Errorf("%w: the stream %q captures the dead-letter subject %q and the consumer reads it: dead letters would come back to it; "+
+		"capture the subject in another stream, or set FilterSubjects that leave it out", ErrConfig, c.cfg.Stream, c.cfg.DeadLetterSubject)
 }
 
 // newGeneration starts a generation and wakes the puller.
@@ -582,11 +621,24 @@ func (c *Consumer) deadLetter(ctx context.Context, nc *nats.Conn, js jetstream.J
 	rec.Data = msg.Data()
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ConnectTimeout)
 	defer cancel()
-	if _, err := js.PublishMsg(pctx, rec); err != nil {
+	dl := c.dlStream.Load()
+	var opts []jetstream.PublishOpt
+	if dl != nil {
+		// Stored only in the dead-letter stream: never in the consumed
+		// stream, should an operator move the subject there while this
+		// consumer runs.
+		opts = append(opts, jetstream.WithExpectStream(*dl))
+	}
+	ack, err := js.PublishMsg(pctx, rec, opts...)
+	if err == nil && dl != nil && ack.Stream != *dl {
+		err = fmt.Errorf("the record was stored in the stream %q, not the dead-letter stream %q", ack.Stream, *dl)
+	}
+	if err != nil {
 		c.st.DeadLetterErrors.Add(1)
 		c.log.Error("natsconsumer: dead-letter publish failed; delivery handed back", "key", m.Key,
 			"reason", res.Reason, "err", c.red.Error(err))
 		c.settle(msg, func() error { return msg.NakWithDelay(c.cfg.Pipeline.Backoff.Max) })
+		c.refreshDeadLetterStream(pctx, js)
 		return
 	}
 	c.st.DeadLetters.Add(1)
@@ -598,6 +650,21 @@ func (c *Consumer) deadLetter(ctx context.Context, nc *nats.Conn, js jetstream.J
 	}) {
 		c.log.Warn("natsconsumer: dead-letter record stored but its Term not confirmed; a redelivery is dead-lettered again", "key", m.Key)
 	}
+}
+
+// refreshDeadLetterStream looks up the stream that captures the
+// dead-letter subject again after a failed publish: an operator may have
+// moved the subject to another stream.
+func (c *Consumer) refreshDeadLetterStream(ctx context.Context, js jetstream.JetStream) {
+	name, err := js.StreamNameBySubject(ctx, c.cfg.DeadLetterSubject)
+	if err != nil {
+		return
+	}
+	if err := c.checkLoop(nil, name); err != nil {
+		c.log.Error("natsconsumer: dead letters cannot be stored", "err", err)
+		return
+	}
+	c.dlStream.Store(&name)
 }
 
 func truncate(s string, n int) string {
