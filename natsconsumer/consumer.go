@@ -119,7 +119,9 @@ func (c *Consumer) Metrics() *receiver.Metrics { return c.metrics }
 
 // Stats returns the transport's counters. JetStream keeps Connects,
 // Reconnects, ConnectErrors, Lost (disconnects while consuming), Acks,
-// Requeues (NakWithDelay of failed or deferred deliveries), DeadLetters
+// Requeues (NakWithDelay of failed deliveries, and of deferred ones when
+// a stop or a connection loss ends their wait), LocalRetries (deferred
+// deliveries tried again in place), DeadLetters
 // (records the dead-letter stream acknowledged, their originals then
 // terminated), DeadLetterErrors, Dropped (deliveries handed back unhandled
 // because their connection was lost or the consumer stopped), AckErrors
@@ -543,6 +545,22 @@ func (c *Consumer) handle(actx context.Context, g *generation, nc *nats.Conn, js
 	}
 	stopProgress := c.keepInProgress(msg)
 	res := c.rcv.Process(actx, m, h)
+	for handBacks := 0; res.Action == receiver.Requeue && !res.Ran && !errors.Is(res.Err, receiver.ErrAbandoned); handBacks++ {
+		// Deferred without running: its key is in flight here or claimed
+		// by another process (which may have crashed: its claim lapses),
+		// or the store cannot answer. Kept and tried again in place, its
+		// AckWait held off by InProgress, rather than handed back with
+		// NakWithDelay: each redelivery would raise NumDelivered, which
+		// the crash-loop guard counts, and a message that never ran
+		// would be dead-lettered unrun once the claim lapsed. A stop or a
+		// connection loss ends the wait, and the delivery is handed back.
+		if !c.waitInPlace(actx, g, c.cfg.Pipeline.Backoff.Delay(handBacks)) {
+			break
+		}
+		c.st.LocalRetries.Add(1)
+		m = c.message(msg, meta)
+		res = c.rcv.Process(actx, m, h)
+	}
 	stopProgress()
 	switch {
 	case res.Action == receiver.Requeue && !res.Ran && errors.Is(res.Err, receiver.ErrAbandoned):
@@ -561,6 +579,21 @@ func (c *Consumer) handle(actx context.Context, g *generation, nc *nats.Conn, js
 			c.st.Requeues.Add(1)
 		}
 	}
+}
+
+// waitInPlace waits d before a deferred delivery is tried again; it
+// reports false when the generation stopped (a stop began, or the
+// connection was lost) or ctx ended first.
+func (c *Consumer) waitInPlace(ctx context.Context, g *generation, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return !g.stopped()
+	case <-g.stop:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // keepInProgress tells the server every AckWait/4 that msg is being

@@ -54,13 +54,20 @@
 //     a duplicate without running the handler. A graceful stop flushes
 //     the connection before closing it, so that the last Acks reach the
 //     server.
-//   - Requeue: the handler failed (its effect rolled back, its audit bit
-//     and claim released) or the outcome is unknown (the original in
-//     flight here or on another process, a store that cannot answer): the
-//     consumer sends NakWithDelay with Result.RetryAfter
-//     (Config.Pipeline.Backoff, 5s at most by default), and JetStream
-//     delivers the message again after that delay. A delivery whose
-//     outcome is unknown is never acknowledged.
+//   - Requeue after the handler ran: it failed (its effect rolled back,
+//     its audit bit and claim released) or its outcome is unknown (the
+//     confirm failed): the consumer sends NakWithDelay with
+//     Result.RetryAfter (Config.Pipeline.Backoff, 5s at most by default),
+//     and JetStream delivers the message again after that delay. A
+//     delivery whose outcome is unknown is never acknowledged.
+//   - Requeue without running (deferred: the key in flight here, or
+//     claimed by another process, or a store that cannot answer): the
+//     consumer keeps the delivery (InProgress holds its AckWait off) and
+//     tries it again in place after Pipeline.Backoff of the number of
+//     tries so far (Stats.LocalRetries), until it runs or is settled. It
+//     holds its InFlight place meanwhile. A graceful stop or a connection
+//     loss ends the wait, and the delivery is handed back with
+//     NakWithDelay.
 //   - DeadLetter: after Config.Pipeline.MaxAttempts attempts, or by
 //     duplicate policy. The consumer publishes a record to
 //     Config.DeadLetterSubject with JetStream and waits for the
@@ -83,7 +90,16 @@
 // failure ending an attempt (the consumer was killed, or lost its
 // connection, each time: a crash loop) is dead-lettered without running
 // the handler again (ErrTooManyDeliveries), unless the pipeline finds it
-// a duplicate of finished work, which is acknowledged.
+// a duplicate of finished work, which is acknowledged. NumDelivered is
+// the server's count of every delivery, so the guard counts: the
+// attempts whose handler ran, the deliveries whose outcome is unknown (a
+// consumer killed or cut off while holding it, an AckWait that lapsed, a
+// dead-letter record not stored), and, once per graceful stop or
+// connection loss, a delivery that was held but had not run then (handed
+// back with Nak). Deferrals while another delivery of the key runs or
+// holds the store's claim, or while the store cannot answer, are waited
+// in place and are not counted: a message whose claim another process
+// left behind runs once the claim lapses.
 //
 // # Long handlers
 //
