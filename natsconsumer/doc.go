@@ -137,8 +137,13 @@
 //
 // The server bounds a message's size (max_payload, 1 MiB by default).
 // Credentials come from the URL; they are never logged and never appear
-// in an error: Config's String and Format redact them, every log record
-// passes through a redacting handler and errors are scrubbed.
+// in an error: Config's String and Format mask each server's user
+// information (everything between "://" and the last '@'; between the
+// first "://" and the last '@' of the whole list when it does not split
+// cleanly into servers), every log record passes through a redacting
+// handler and errors are scrubbed. New refuses a raw '/', '?', '#' or '@'
+// in user information (and a raw ',' or '%', which leave parts that are
+// no URL): they must be percent-encoded.
 //
 // # Concurrency
 //
