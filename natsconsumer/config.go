@@ -37,9 +37,9 @@ const (
 	HeaderOriginalSubject = "x-original-subject"
 	// HeaderOriginalSequence is the message's stream sequence.
 	HeaderOriginalSequence = "x-original-sequence"
-	// HeaderOriginalMsgID is the publisher's Nats-Msg-Id, when it set one
-	// (the record's own Nats-Msg-Id is derived from the stream and the
-	// sequence).
+	// HeaderOriginalMsgID is the publisher's Nats-Msg-Id, as it set it,
+	// when it set one (the record's own Nats-Msg-Id is
+	// "msgaudit-dlq:<stream>#<consumer>:<sequence>").
 	HeaderOriginalMsgID = "x-original-msg-id"
 )
 
@@ -147,7 +147,7 @@ type Config struct {
 	// Run logs this guarantee once at start). The consumer fills in what
 	// only it knows: Audit when nil (a connaudit.Audit with its defaults,
 	// owned by the Consumer so it survives reconnects, auditing the keys
-	// "<stream>:<sequence>": one producer per stream with the stream
+	// "seq:<stream>:<sequence>": one producer per stream with the stream
 	// sequence as its sequence), Handlers (Concurrency), MaxAttempts when
 	// zero (5) and the zero fields of Backoff, which gives the delay of
 	// the NakWithDelay that hands a failed delivery back: 100ms doubling
@@ -159,7 +159,9 @@ type Config struct {
 	// DeadLetterSubject receives a record of each dead-lettered message
 	// (published with JetStream, its PubAck awaited before the original is
 	// terminated). A stream must capture it: Run checks that one does
-	// (ErrNoStream), and New refuses a subject the consumer itself reads.
+	// (ErrNoStream). New refuses a subject FilterSubjects match, and Run
+	// a subject the consumed stream captures when the consumer reads it
+	// (no FilterSubjects, or one that matches it): ErrConfig.
 	DeadLetterSubject string
 }
 

@@ -139,7 +139,8 @@ func (c *Consumer) Stats() receiver.TransportStats { return c.st.Stats(c.gen.Loa
 // ErrConnect (no connection within ConnectRetries), ErrRejected
 // (credentials refused), ErrTLS (certificate verification failed) or
 // ErrNoStream (the stream, or a stream for the dead-letter subject, does
-// not exist) or ErrConfig (the server refuses the durable consumer's
+// not exist) or ErrConfig (the stream captures the dead-letter subject the
+// consumer reads, or the server refuses the durable consumer's
 // configuration, for example a filter outside the stream's subjects or an
 // existing push consumer of that name).
 func (c *Consumer) Run(ctx context.Context) error {

@@ -79,10 +79,17 @@
 //     lost. The record carries the original's body and headers (except
 //     the server's Nats-* headers), x-dead-letter-reason, x-attempts,
 //     x-original-key, HeaderOriginalStream, HeaderOriginalSubject,
-//     HeaderOriginalSequence, HeaderOriginalMsgID and a Nats-Msg-Id
-//     derived from the stream, the consumer and the sequence, so that the
-//     dead-letter stream drops a second record of one message within its
-//     duplicate window.
+//     HeaderOriginalSequence, HeaderOriginalMsgID (the publisher's
+//     Nats-Msg-Id as it set it) and a Nats-Msg-Id of its own,
+//     "msgaudit-dlq:<stream>#<consumer>:<sequence>" (the stream and the
+//     consumer joined so that two consumers sharing a dead-letter stream
+//     never give one id), so that the dead-letter stream drops a second
+//     record of one message within its duplicate window (a lost Term).
+//     The record counts as stored only when the stream that captured the
+//     dead-letter subject at Run acknowledges it (the publish expects
+//     that stream by name). Run refuses a consumed stream that captures
+//     the dead-letter subject the consumer reads (ErrConfig): each record
+//     would come back to be dead-lettered again.
 //
 // The attempt number is JetStream's delivery count (NumDelivered in the
 // message's metadata), raised by the pipeline's own count of failures. A
