@@ -128,3 +128,51 @@ func TestDeadLetterLoopRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadLetterOnlyToItsStream: when the dead-letter subject moves, while
+// the consumer runs, from the dead-letter stream to the consumed stream
+// (whose every subject the consumer reads), a record is not stored there
+// (it would come back to be dead-lettered again) and does not count as
+// stored: the message is handed back, not terminated.
+func TestDeadLetterOnlyToItsStream(t *testing.T) {
+	e := newEnv(t, 0)
+	cfg := e.config(e.url, func(ctx context.Context, m *receiver.Message) error { return errInjected })
+	cfg.Pipeline.MemoryOnly = true
+	cfg.Pipeline.MaxAttempts = 2
+	cfg.Pipeline.Backoff = receiver.Backoff{Initial: 10 * time.Millisecond, Max: 20 * time.Millisecond}
+	c := newConsumer(t, cfg)
+	stop := start(t, c)
+	testwait.Until(t, 30*time.Second, "the durable consumer created", e.consumerExists)
+	e.deleteStream(e.dlStream)
+	ctx := testwait.Context(t, testwait.Long)
+	st, err := e.js.Stream(ctx, e.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.Subjects = append(sc.Subjects, e.dlSubject)
+	if _, err := e.js.UpdateStream(ctx, sc); err != nil {
+		t.Fatalf("add the dead-letter subject to the consumed stream: %v", err)
+	}
+	e.publish("poison", "")
+	testwait.Until(t, 30*time.Second, "three dead-letter publishes failed, or a record counted as stored", func() bool {
+		s := c.Stats()
+		return s.DeadLetterErrors >= 3 || s.DeadLetters > 0
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s.DeadLetters != 0 {
+		t.Errorf("stats %+v: a record the consumed stream took counted as stored", s)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Msgs; n != 1 {
+		t.Errorf("the consumed stream holds %d messages; want the poison message only", n)
+	}
+	if e.drained() {
+		t.Errorf("the poison message was terminated without a record in the dead-letter stream")
+	}
+}
