@@ -37,9 +37,9 @@ const (
 	HeaderOriginalSubject = "x-original-subject"
 	// HeaderOriginalSequence is the message's stream sequence.
 	HeaderOriginalSequence = "x-original-sequence"
-	// HeaderOriginalMsgID is the publisher's Nats-Msg-Id, when it set one
-	// (the record's own Nats-Msg-Id is derived from the stream and the
-	// sequence).
+	// HeaderOriginalMsgID is the publisher's Nats-Msg-Id, as it set it,
+	// when it set one (the record's own Nats-Msg-Id is
+	// "msgaudit-dlq:<stream>#<consumer>:<sequence>").
 	HeaderOriginalMsgID = "x-original-msg-id"
 )
 
@@ -49,12 +49,14 @@ const (
 // Inbox, or MemoryOnly.
 //
 // Config implements fmt.Formatter and String: printing it with any verb
-// redacts the passwords and tokens of URL.
+// masks the user information (user names, passwords, tokens) of URL.
 type Config struct {
 	// URL is the server, "nats://[user:pass@]host:4222" or "tls://…"
 	// (TLS), or a comma-separated list of a cluster's servers. Credentials
 	// come from the URL; they are never logged and never appear in an
-	// error.
+	// error. A '/', '?', '#', '@', ',' or '%' in a user name, password or
+	// token must be percent-encoded (%2F %3F %23 %40 %2C %25): New refuses
+	// a raw one, which would cut the secret and take the rest for a host.
 	URL string
 
 	// TLS is the client TLS configuration (cloned per connection).
@@ -145,7 +147,7 @@ type Config struct {
 	// Run logs this guarantee once at start). The consumer fills in what
 	// only it knows: Audit when nil (a connaudit.Audit with its defaults,
 	// owned by the Consumer so it survives reconnects, auditing the keys
-	// "<stream>:<sequence>": one producer per stream with the stream
+	// "seq:<stream>:<sequence>": one producer per stream with the stream
 	// sequence as its sequence), Handlers (Concurrency), MaxAttempts when
 	// zero (5) and the zero fields of Backoff, which gives the delay of
 	// the NakWithDelay that hands a failed delivery back: 100ms doubling
@@ -157,7 +159,9 @@ type Config struct {
 	// DeadLetterSubject receives a record of each dead-lettered message
 	// (published with JetStream, its PubAck awaited before the original is
 	// terminated). A stream must capture it: Run checks that one does
-	// (ErrNoStream), and New refuses a subject the consumer itself reads.
+	// (ErrNoStream). New refuses a subject FilterSubjects match, and Run
+	// a subject the consumed stream captures when the consumer reads it
+	// (no FilterSubjects, or one that matches it): ErrConfig.
 	DeadLetterSubject string
 }
 
@@ -245,11 +249,21 @@ func splitURLs(s string) []string {
 	return out
 }
 
-// checkURL refuses a server URL nats.go could not use.
+// checkURL refuses a server URL nats.go could not use, and one whose
+// user information holds a raw '/', '?', '#' or '@': url.Parse would end
+// the host early and take the rest of a password or token for the host
+// (which it then looks up in DNS and quotes in errors), a path or a
+// query. (A raw ',' splits the list and leaves a part that is no URL; a
+// raw '%' is an invalid escape.) None of the errors quotes the URL.
 func checkURL(raw string) error {
+	if _, rest, ok := strings.Cut(raw, "://"); ok {
+		if at := strings.LastIndexByte(rest, '@'); at >= 0 && strings.ContainsAny(rest[:at], "/?#@") {
+			return fmt.Errorf("%w: a URL of the list holds a raw '/', '?', '#' or '@' in its user name, password or token; %s", ErrConfig, encodeHint)
+		}
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("%w: a URL of the list cannot be parsed (want nats://host:port or tls://host:port)", ErrConfig)
+		return fmt.Errorf("%w: a URL of the list cannot be parsed (want nats://host:port or tls://host:port, servers separated by ','); %s", ErrConfig, encodeHint)
 	}
 	switch u.Scheme {
 	case "nats", "tls":
@@ -258,6 +272,10 @@ func checkURL(raw string) error {
 	}
 	return nil
 }
+
+// encodeHint tells how to write a user name, password or token that
+// holds a character URLs reserve.
+const encodeHint = "percent-encode '/', '?', '#', '@', ',', ':', '%' and spaces in a user name, password or token (%2F %3F %23 %40 %2C %3A %25 %20)"
 
 // validSubject reports whether s is a NATS subject: dot-separated
 // non-empty tokens without whitespace; with wildcards, '*' as a token
@@ -305,29 +323,45 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 	return t, nil
 }
 
-// redactedURL is URL with every server's secrets redacted: a password,
-// and a token (a user without a password: NATS reads it as a token).
+// redactedURL is URL with the user information of every server masked:
+// everything between "://" and the last '@' of each server's URL. When
+// the list does not split cleanly into such URLs (a server without
+// "://", a raw '/', '?', '#' or '@' in user information, or one without
+// user information before one with it, which is what a raw ',' in a
+// password gives), everything between the first "://" and the last '@'
+// of the whole list is masked: where a secret ends is then a guess.
 func (c Config) redactedURL() string {
 	us := splitURLs(c.URL)
+	sawPlain := false
 	for i, raw := range us {
-		u, err := url.Parse(raw)
-		switch {
-		case err != nil:
-			us[i] = redact.Strict(raw)
-		case u.User != nil:
-			if _, ok := u.User.Password(); !ok {
-				u.User = url.User("xxxxx")
-			} else {
-				u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			}
-			us[i] = u.String()
+		_, rest, ok := strings.Cut(raw, "://")
+		at := strings.LastIndexByte(rest, '@')
+		if !ok || (at >= 0 && (sawPlain || strings.ContainsAny(rest[:at], "/?#@"))) {
+			return maskUserinfo(c.URL)
 		}
+		sawPlain = sawPlain || at < 0
+		us[i] = maskUserinfo(raw)
 	}
 	return strings.Join(us, ",")
 }
 
+// maskUserinfo replaces everything between the first "://" (or the start)
+// and the last '@' of s with redact.Mask.
+func maskUserinfo(s string) string {
+	start := 0
+	if i := strings.Index(s, "://"); i >= 0 {
+		start = i + 3
+	}
+	at := strings.LastIndexByte(s, '@')
+	if at < start {
+		return s
+	}
+	return s[:start] + redact.Mask + s[at:]
+}
+
 // secrets returns the passwords and tokens of URL, for the redactor of
-// logs and errors.
+// logs and errors, and the text between the first "://" and the last '@'
+// of the whole list.
 func (c Config) secrets() []string {
 	us := splitURLs(c.URL)
 	out := redact.URLSecrets(us...)
@@ -336,6 +370,11 @@ func (c Config) secrets() []string {
 			if _, ok := u.User.Password(); !ok && u.User.Username() != "" {
 				out = append(out, u.User.Username())
 			}
+		}
+	}
+	if _, rest, ok := strings.Cut(c.URL, "://"); ok {
+		if at := strings.LastIndexByte(rest, '@'); at > 0 {
+			out = append(out, rest[:at])
 		}
 	}
 	return out

@@ -50,6 +50,11 @@ type Consumer struct {
 	wake chan struct{} // signalled when a new generation starts
 
 	guaranteeOnce sync.Once
+
+	// dlStream is the stream that captures DeadLetterSubject, found by
+	// setup: a dead-letter record counts as stored only when that stream
+	// acknowledges it.
+	dlStream atomic.Pointer[string]
 }
 
 // generation is one stretch of the connection between a connect and the
@@ -114,7 +119,9 @@ func (c *Consumer) Metrics() *receiver.Metrics { return c.metrics }
 
 // Stats returns the transport's counters. JetStream keeps Connects,
 // Reconnects, ConnectErrors, Lost (disconnects while consuming), Acks,
-// Requeues (NakWithDelay of failed or deferred deliveries), DeadLetters
+// Requeues (NakWithDelay of failed deliveries, and of deferred ones when
+// a stop or a connection loss ends their wait), LocalRetries (deferred
+// deliveries tried again in place), DeadLetters
 // (records the dead-letter stream acknowledged, their originals then
 // terminated), DeadLetterErrors, Dropped (deliveries handed back unhandled
 // because their connection was lost or the consumer stopped), AckErrors
@@ -132,7 +139,8 @@ func (c *Consumer) Stats() receiver.TransportStats { return c.st.Stats(c.gen.Loa
 // ErrConnect (no connection within ConnectRetries), ErrRejected
 // (credentials refused), ErrTLS (certificate verification failed) or
 // ErrNoStream (the stream, or a stream for the dead-letter subject, does
-// not exist) or ErrConfig (the server refuses the durable consumer's
+// not exist) or ErrConfig (the stream captures the dead-letter subject the
+// consumer reads, or the server refuses the durable consumer's
 // configuration, for example a filter outside the stream's subjects or an
 // existing push consumer of that name).
 func (c *Consumer) Run(ctx context.Context) error {
@@ -243,7 +251,7 @@ func (c *Consumer) classify(err error) error {
 func (c *Consumer) setup(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
 	for attempt := 0; ; attempt++ {
 		cons, err := c.setupOnce(ctx, js)
-		if err == nil || errors.Is(err, ErrNoStream) {
+		if err == nil || errors.Is(err, ErrNoStream) || errors.Is(err, ErrConfig) {
 			return cons, err
 		}
 		var api *jetstream.APIError
@@ -275,12 +283,17 @@ func (c *Consumer) setupOnce(ctx context.Context, js jetstream.JetStream) (jetst
 	if err != nil {
 		return nil, fmt.Errorf("stream %q: %w", c.cfg.Stream, err)
 	}
-	if _, err := js.StreamNameBySubject(rctx, c.cfg.DeadLetterSubject); err != nil {
+	dl, err := js.StreamNameBySubject(rctx, c.cfg.DeadLetterSubject)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("%w: no stream captures the dead-letter subject %q; create one that does", ErrNoStream, c.cfg.DeadLetterSubject)
 		}
 		return nil, fmt.Errorf("dead-letter subject %q: %w", c.cfg.DeadLetterSubject, err)
 	}
+	if err := c.checkLoop(st.CachedInfo().Config.Subjects, dl); err != nil {
+		return nil, err
+	}
+	c.dlStream.Store(&dl)
 	cc := jetstream.ConsumerConfig{
 		Durable:    c.cfg.Consumer,
 		AckPolicy:  jetstream.AckExplicitPolicy,
@@ -299,6 +312,35 @@ func (c *Consumer) setupOnce(ctx context.Context, js jetstream.JetStream) (jetst
 		return nil, fmt.Errorf("create or update consumer %q: %w", c.cfg.Consumer, err)
 	}
 	return cons, nil
+}
+
+// checkLoop refuses a consumed stream that captures the dead-letter
+// subject (one of its subjects, wildcards included, matches it, or the
+// server names it as the subject's stream dl) when the consumer reads
+// that subject too (no FilterSubjects, or one that matches it): each
+// record would come back to the consumer, fail and be dead-lettered
+// again, forever.
+func (c *Consumer) checkLoop(subjects []string, dl string) error {
+	captured := dl == c.cfg.Stream
+	for _, s := range subjects {
+		if subjectMatches(s, c.cfg.DeadLetterSubject) {
+			captured = true
+		}
+	}
+	if !captured {
+		return nil
+	}
+	reads := len(c.cfg.FilterSubjects) == 0
+	for _, f := range c.cfg.FilterSubjects {
+		if subjectMatches(f, c.cfg.DeadLetterSubject) {
+			reads = true
+		}
+	}
+	if !reads {
+		return nil
+	}
+	return fmt.Errorf("%w: the stream %q captures the dead-letter subject %q and the consumer reads it: dead letters would come back to it; "+
+		"capture the subject in another stream, or set FilterSubjects that leave it out", ErrConfig, c.cfg.Stream, c.cfg.DeadLetterSubject)
 }
 
 // newGeneration starts a generation and wakes the puller.
@@ -504,6 +546,22 @@ func (c *Consumer) handle(actx context.Context, g *generation, nc *nats.Conn, js
 	}
 	stopProgress := c.keepInProgress(msg)
 	res := c.rcv.Process(actx, m, h)
+	for handBacks := 0; res.Action == receiver.Requeue && !res.Ran && !errors.Is(res.Err, receiver.ErrAbandoned); handBacks++ {
+		// Deferred without running: its key is in flight here or claimed
+		// by another process (which may have crashed: its claim lapses),
+		// or the store cannot answer. Kept and tried again in place, its
+		// AckWait held off by InProgress, rather than handed back with
+		// NakWithDelay: each redelivery would raise NumDelivered, which
+		// the crash-loop guard counts, and a message that never ran
+		// would be dead-lettered unrun once the claim lapsed. A stop or a
+		// connection loss ends the wait, and the delivery is handed back.
+		if !c.waitInPlace(actx, g, c.cfg.Pipeline.Backoff.Delay(handBacks)) {
+			break
+		}
+		c.st.LocalRetries.Add(1)
+		m = c.message(msg, meta)
+		res = c.rcv.Process(actx, m, h)
+	}
 	stopProgress()
 	switch {
 	case res.Action == receiver.Requeue && !res.Ran && errors.Is(res.Err, receiver.ErrAbandoned):
@@ -522,6 +580,21 @@ func (c *Consumer) handle(actx context.Context, g *generation, nc *nats.Conn, js
 			c.st.Requeues.Add(1)
 		}
 	}
+}
+
+// waitInPlace waits d before a deferred delivery is tried again; it
+// reports false when the generation stopped (a stop began, or the
+// connection was lost) or ctx ended first.
+func (c *Consumer) waitInPlace(ctx context.Context, g *generation, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return !g.stopped()
+	case <-g.stop:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // keepInProgress tells the server every AckWait/4 that msg is being
@@ -578,15 +651,28 @@ func (c *Consumer) deadLetter(ctx context.Context, nc *nats.Conn, js jetstream.J
 	// A record published twice (its Term lost, the message dead-lettered
 	// again) is dropped by the dead-letter stream within its duplicate
 	// window.
-	rec.Header.Set(jetstream.MsgIDHeader, "msgaudit-dlq:"+c.cfg.Stream+":"+c.cfg.Consumer+":"+seq)
+	rec.Header.Set(jetstream.MsgIDHeader, deadLetterID(c.cfg.Stream, c.cfg.Consumer, meta.Sequence.Stream))
 	rec.Data = msg.Data()
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ConnectTimeout)
 	defer cancel()
-	if _, err := js.PublishMsg(pctx, rec); err != nil {
+	dl := c.dlStream.Load()
+	var opts []jetstream.PublishOpt
+	if dl != nil {
+		// Stored only in the dead-letter stream: never in the consumed
+		// stream, should an operator move the subject there while this
+		// consumer runs.
+		opts = append(opts, jetstream.WithExpectStream(*dl))
+	}
+	ack, err := js.PublishMsg(pctx, rec, opts...)
+	if err == nil && dl != nil && ack.Stream != *dl {
+		err = fmt.Errorf("the record was stored in the stream %q, not the dead-letter stream %q", ack.Stream, *dl)
+	}
+	if err != nil {
 		c.st.DeadLetterErrors.Add(1)
 		c.log.Error("natsconsumer: dead-letter publish failed; delivery handed back", "key", m.Key,
 			"reason", res.Reason, "err", c.red.Error(err))
 		c.settle(msg, func() error { return msg.NakWithDelay(c.cfg.Pipeline.Backoff.Max) })
+		c.refreshDeadLetterStream(pctx, js)
 		return
 	}
 	c.st.DeadLetters.Add(1)
@@ -600,6 +686,21 @@ func (c *Consumer) deadLetter(ctx context.Context, nc *nats.Conn, js jetstream.J
 	}
 }
 
+// refreshDeadLetterStream looks up the stream that captures the
+// dead-letter subject again after a failed publish: an operator may have
+// moved the subject to another stream.
+func (c *Consumer) refreshDeadLetterStream(ctx context.Context, js jetstream.JetStream) {
+	name, err := js.StreamNameBySubject(ctx, c.cfg.DeadLetterSubject)
+	if err != nil {
+		return
+	}
+	if err := c.checkLoop(nil, name); err != nil {
+		c.log.Error("natsconsumer: dead letters cannot be stored", "err", err)
+		return
+	}
+	c.dlStream.Store(&name)
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -607,13 +708,12 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// message builds the receiver's view of a delivery: the key is the
-// publisher's Nats-Msg-Id when it set one, else "<stream>:<stream
-// sequence>", the same on every redelivery.
+// message builds the receiver's view of a delivery: the key is
+// deliveryKey's, the same on every redelivery.
 func (c *Consumer) message(msg jetstream.Msg, meta *jetstream.MsgMetadata) *receiver.Message {
 	hs := msg.Headers()
 	m := &receiver.Message{
-		Key:         c.cfg.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10),
+		Key:         deliveryKey(c.cfg.Stream, meta.Sequence.Stream, ""),
 		Destination: keyjoin.Topic(c.cfg.Stream, c.cfg.Consumer),
 		Consumer:    c.cfg.Consumer,
 		Body:        msg.Data(),
@@ -628,9 +728,34 @@ func (c *Consumer) message(msg jetstream.Msg, meta *jetstream.MsgMetadata) *rece
 				m.Headers[k] = vs[0]
 			}
 		}
-		if id := hs.Get(jetstream.MsgIDHeader); id != "" {
-			m.Key = id
-		}
+		m.Key = deliveryKey(c.cfg.Stream, meta.Sequence.Stream, hs.Get(jetstream.MsgIDHeader))
 	}
 	return m
+}
+
+// The domains of a delivery's key: a key the consumer derives from the
+// stream sequence, and a key the publisher chose (its Nats-Msg-Id). Tagged
+// apart (keyjoin.Tag), no Nats-Msg-Id spells the key of another message.
+const (
+	seqDomain = "seq"
+	idDomain  = "id"
+)
+
+// deliveryKey is the key of the message at the stream sequence seq whose
+// publisher set the Nats-Msg-Id msgID ("" for none): "id:<msgID>", else
+// "seq:<stream>:<seq>".
+func deliveryKey(stream string, seq uint64, msgID string) string {
+	if msgID != "" {
+		return keyjoin.Tag(idDomain, msgID)
+	}
+	return keyjoin.Tag(seqDomain, stream+":"+strconv.FormatUint(seq, 10))
+}
+
+// deadLetterID is the Nats-Msg-Id of the dead-letter record of the
+// message at the stream sequence seq:
+// "msgaudit-dlq:<stream>#<consumer>:<seq>", the stream and the consumer
+// joined by keyjoin.Topic, so that two consumers sharing a dead-letter
+// stream never give one id.
+func deadLetterID(stream, consumer string, seq uint64) string {
+	return "msgaudit-dlq:" + keyjoin.Topic(stream, consumer) + ":" + strconv.FormatUint(seq, 10)
 }

@@ -125,7 +125,7 @@ func TestMsgIDDuplicateAbsorbed(t *testing.T) {
 	c := newConsumer(t, cfg)
 	stop := start(t, c)
 	first := e.publish("order 42", "order-42")
-	testwait.Until(t, time.Minute, "the first copy handled", func() bool { return calls.get("order-42") == 1 && e.drained() })
+	testwait.Until(t, time.Minute, "the first copy handled", func() bool { return calls.get("id:order-42") == 1 && e.drained() })
 	// Publish again until the stream takes the id as new (its window lapsed).
 	var second uint64
 	testwait.Until(t, time.Minute, "a second copy stored past the duplicate window", func() bool {
@@ -145,7 +145,7 @@ func TestMsgIDDuplicateAbsorbed(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if k := calls.get("order-42"); k != 1 {
+	if k := calls.get("id:order-42"); k != 1 {
 		t.Errorf("handler ran %d times for one Nats-Msg-Id; want 1", k)
 	}
 }
@@ -301,7 +301,7 @@ func TestDeadLetter(t *testing.T) {
 	r := dl[0]
 	want := map[string]string{
 		copyhdr.Attempts:       "3",
-		copyhdr.OriginalKey:    e.stream + ":" + strconv.FormatUint(ack.Sequence, 10),
+		copyhdr.OriginalKey:    "seq:" + e.stream + ":" + strconv.FormatUint(ack.Sequence, 10),
 		HeaderOriginalStream:   e.stream,
 		HeaderOriginalSubject:  e.subject,
 		HeaderOriginalSequence: strconv.FormatUint(ack.Sequence, 10),

@@ -7,9 +7,10 @@ import "errors"
 var (
 	// ErrConfig reports an invalid Config (no URL, stream, consumer,
 	// handler or dead-letter subject, an unparsable URL, unreadable TLS
-	// files, a dead-letter subject the consumer itself would read), from
-	// New, or a durable consumer configuration the server refuses, from
-	// Run (not retried).
+	// files, a dead-letter subject the consumer's filters match), from
+	// New, or, from Run (not retried), a consumed stream that captures
+	// the dead-letter subject the consumer reads, or a durable consumer
+	// configuration the server refuses.
 	ErrConfig = errors.New("natsconsumer: invalid config")
 
 	// ErrConnect is returned by Run when Config.ConnectRetries is set and

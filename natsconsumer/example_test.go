@@ -49,5 +49,5 @@ func ExampleConfig_String() {
 		Consumer: "billing", DeadLetterSubject: "dlq.orders"}
 	fmt.Printf("%v\n", cfg)
 	// Output:
-	// natsconsumer.Config{URL:tls://app:xxxxx@nats1:4222,tls://app:xxxxx@nats2:4222 Stream:"ORDERS" Consumer:"billing" FilterSubjects:[] Concurrency:0 InFlight:0 AckWait:0s MaxAttempts:0 ConnectRetries:0 Heartbeat:0s Store:false Inbox:false MemoryOnly:false Namespace:"" DeadLetterSubject:"dlq.orders"}
+	// natsconsumer.Config{URL:tls://xxxxx@nats1:4222,tls://xxxxx@nats2:4222 Stream:"ORDERS" Consumer:"billing" FilterSubjects:[] Concurrency:0 InFlight:0 AckWait:0s MaxAttempts:0 ConnectRetries:0 Heartbeat:0s Store:false Inbox:false MemoryOnly:false Namespace:"" DeadLetterSubject:"dlq.orders"}
 }

@@ -21,3 +21,11 @@ func Topic(base, consumer string) string {
 	}
 	return base + "#" + consumer
 }
+
+// Tag returns key in the domain tag: tag, ':' and key. A tag holds no
+// ':', so the first ':' ends it: keys of two different domains never give
+// one string, whatever key holds, and neither do two different keys of
+// one domain. A transport that keys some deliveries by a name the
+// producer chooses and others by a name it derives tags each kind, so
+// that no producer can choose the key of another message.
+func Tag(tag, key string) string { return tag + ":" + key }

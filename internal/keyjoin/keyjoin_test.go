@@ -61,3 +61,17 @@ func FuzzTopic(f *testing.F) {
 		}
 	})
 }
+
+// TestTagInjective: two different (tag, key) pairs never give one string,
+// for tags without ':' and any key.
+func TestTagInjective(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		tags := rapid.SampledFrom([]string{"seq", "id", "s", "i", ""})
+		t1, t2 := tags.Draw(t, "t1"), tags.Draw(t, "t2")
+		k1 := rapid.StringMatching(`[a-z:0-9]{0,6}`).Draw(t, "k1")
+		k2 := rapid.StringMatching(`[a-z:0-9]{0,6}`).Draw(t, "k2")
+		if (t1 != t2 || k1 != k2) && Tag(t1, k1) == Tag(t2, k2) {
+			t.Fatalf("Tag(%q, %q) = Tag(%q, %q) = %q", t1, k1, t2, k2, Tag(t1, k1))
+		}
+	})
+}
