@@ -16,6 +16,7 @@ import (
 
 	"github.com/acemq/msgaudit/cmd/msgaudit/internal/bench"
 	"github.com/acemq/msgaudit/cmd/msgaudit/internal/benchkit"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/benchreport"
 	"github.com/schollz/progressbar/v3"
 )
 
@@ -26,91 +27,22 @@ order, replay, out of order, churn, jumps; depth 64 ... 1<<20, producers
 1 ... 1024; the concurrent audits on 1 and GOMAXPROCS goroutines), measures
 the heap per producer, and runs ActiveMQ's Java audit on the same workload
 when java, javac and libactivemq-java are installed. Prints a table and
-the performance targets (met or MISSED); optionally writes JSON, a PNG
-chart and benchstat lines. With --check the exit status is 1 when a target
+the performance targets (met or MISSED); optionally writes JSON and
+benchstat lines. The chart of a JSON report is drawn by a command of its
+own: go run ./cmd/msgaudit/benchchart -o bench.png bench.json. With --check the exit status is 1 when a target
 is missed or none could be evaluated (a --run subset may leave none).
 
 Flags:
 `
 
-// benchReport is everything one "msgaudit bench" run measured; it is also
-// the JSON document --json writes.
-type benchReport struct {
-	Started    time.Time       `json:"started"`
-	Profile    string          `json:"profile"`
-	BenchTime  string          `json:"benchtime"`
-	Rounds     int             `json:"rounds"`
-	GoVersion  string          `json:"go_version"`
-	GOOS       string          `json:"goos"`
-	GOARCH     string          `json:"goarch"`
-	CPU        string          `json:"cpu"`
-	GOMAXPROCS int             `json:"gomaxprocs"`
-	Results    []benchRow      `json:"results"`
-	Memory     []benchMemRow   `json:"memory"`
-	Java       []benchJavaRow  `json:"java,omitempty"`
-	JavaError  string          `json:"java_error,omitempty"`
-	Seconds    float64         `json:"seconds"`
-	Targets    []benchTargetOK `json:"targets"`
-	// Note says where a report came from when it was not written by
-	// --json (a report rebuilt from a saved table); printed when set.
-	Note string `json:"note,omitempty"`
-}
-
-type benchRow struct {
-	Name        string  `json:"name"`
-	Impl        string  `json:"impl"`
-	Kind        string  `json:"kind"`
-	Workload    string  `json:"workload"`
-	Depth       int     `json:"depth"`
-	Producers   int     `json:"producers"`
-	Goroutines  int     `json:"goroutines,omitempty"`
-	N           int     `json:"n"`
-	NsPerOp     float64 `json:"ns_per_op"`
-	AllocsPerOp int64   `json:"allocs_per_op"`
-	BytesPerOp  int64   `json:"bytes_per_op"`
-	// XFloor is ns/op divided by the floor-map's (cost multiple of the
-	// producer-lookup-plus-bit floor); MapSpeedup and JavaSpeedup are the
-	// map baseline's and ActiveMQ's ns/op divided by this one's.
-	XFloor        float64  `json:"x_floor,omitempty"`
-	MapSpeedup    float64  `json:"map_speedup,omitempty"`
-	JavaSpeedup   float64  `json:"java_speedup,omitempty"`
-	BytesProducer *float64 `json:"bytes_per_producer,omitempty"`
-	Error         string   `json:"error,omitempty"`
-}
-
-type benchMemRow struct {
-	Name             string  `json:"name"`
-	Impl             string  `json:"impl"`
-	Depth            int     `json:"depth"`
-	Producers        int     `json:"producers"`
-	Fill             int     `json:"ids_per_producer"`
-	Bytes            int64   `json:"bytes"`
-	BytesPerProducer float64 `json:"bytes_per_producer"`
-	BytesPerID       float64 `json:"bytes_per_id"`
-	Error            string  `json:"error,omitempty"`
-}
-
-type benchJavaRow struct {
-	Name          string  `json:"name"`
-	Impl          string  `json:"impl"`
-	Workload      string  `json:"workload"`
-	Depth         int     `json:"depth"`
-	Producers     int     `json:"producers"`
-	N             int     `json:"n"`
-	NsPerOp       float64 `json:"ns_per_op"`
-	MedianNsPerOp float64 `json:"median_ns_per_op"`
-	BytesPerOp    float64 `json:"bytes_per_op"`
-	Duplicates    int     `json:"duplicates"`
-	Expected      int     `json:"expected_duplicates"`
-}
-
-// benchTargetOK is one performance target (see evaluateTargets) judged on
-// one run: Target says what is required, Value what the run measured.
-type benchTargetOK struct {
-	Target string `json:"target"`
-	Value  string `json:"value"`
-	Met    bool   `json:"met"`
-}
+// The report's types, shared with the chart command.
+type (
+	benchReport   = benchreport.Report
+	benchRow      = benchreport.Row
+	benchMemRow   = benchreport.MemRow
+	benchJavaRow  = benchreport.JavaRow
+	benchTargetOK = benchreport.Target
+)
 
 // Bounds of bench's flags: -count at most 100 rounds, -benchtime at most a
 // minute per benchmark.
@@ -132,13 +64,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		benchtime = fs.Duration("benchtime", 0, "target time per benchmark, at most 1m (default 60ms quick, 1s full)")
 		run       = fs.String("run", "", "only cases whose name matches this `regexp`")
 		jsonOut   = fs.String("json", "", "write the results as JSON to `FILE`")
-		pngOut    = fs.String("png", "", "write a chart of ns/op against depth and producers to `FILE` (PNG)")
 		benchstat = fs.String("benchstat", "", "write benchstat-compatible lines to `FILE` (\"-\" = stdout, instead of the table)")
 		noJava    = fs.Bool("no-java", false, "skip ActiveMQ's Java audit even when java is installed")
 		noMem     = fs.Bool("no-memory", false, "skip the heap measurements")
 		quiet     = fs.Bool("quiet", false, "no progress bar")
 		progress  = fs.Bool("progress", false, "show the progress bar even when stderr is not a terminal")
-		from      = fs.String("from", "", "do not measure: print (and chart, --png) the results saved in `FILE` by --json")
+		from      = fs.String("from", "", "do not measure: print the results saved in `FILE` by --json")
 		rounds    = fs.Int("count", 1, "measure every case this many times (at most 100), interleaved, keeping the fastest (3 steadies a loaded machine)")
 		check     = fs.Bool("check", false, "exit 1 when a performance target is missed or none could be evaluated (also with --from)")
 	)
@@ -152,7 +83,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "bench", "-quiet and -progress contradict each other")
 	}
 	if *from != "" {
-		return benchFromFile(*from, *pngOut, *benchstat, *check, stdout, stderr)
+		return benchFromFile(*from, *benchstat, *check, stdout, stderr)
 	}
 	profile := benchkit.Full
 	if *quick {
@@ -294,12 +225,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return 1
 		}
 	}
-	if *pngOut != "" {
-		if err := writeBenchPNG(*pngOut, rep); err != nil {
-			fmt.Fprintln(stderr, "msgaudit bench:", err)
-			return 1
-		}
-	}
 	if failed {
 		return 1
 	}
@@ -387,8 +312,9 @@ func buildReport(rep *benchReport, results []benchkit.Result, mems []benchkit.Me
 	javaNs := map[string]float64{}
 	for _, j := range java {
 		javaNs[j.Name] = j.NsPerOp
-		rep.Java = append(rep.Java, benchJavaRow{j.Name, j.Impl, j.Workload, j.Depth, j.Producers, j.N, j.NsPerOp,
-			j.MedianNsPerOp, j.BytesPerOp, j.Duplicates, j.Expect})
+		rep.Java = append(rep.Java, benchJavaRow{Name: j.Name, Impl: j.Impl, Workload: j.Workload, Depth: j.Depth,
+			Producers: j.Producers, N: j.N, NsPerOp: j.NsPerOp, MedianNsPerOp: j.MedianNsPerOp, BytesPerOp: j.BytesPerOp,
+			Duplicates: j.Duplicates, Expected: j.Expect})
 	}
 	if javaErr != nil {
 		rep.JavaError = javaErr.Error()
@@ -396,8 +322,8 @@ func buildReport(rep *benchReport, results []benchkit.Result, mems []benchkit.Me
 	memBy := map[string]float64{}
 	for _, m := range mems {
 		memBy[m.Name()] = m.BytesPerProducer
-		rep.Memory = append(rep.Memory, benchMemRow{m.Name(), m.Impl, m.Depth, m.Producers, m.Fill, m.Bytes,
-			m.BytesPerProducer, m.BytesPerID, ""})
+		rep.Memory = append(rep.Memory, benchMemRow{Name: m.Name(), Impl: m.Impl, Depth: m.Depth,
+			Producers: m.Producers, Fill: m.Fill, Bytes: m.Bytes, BytesPerProducer: m.BytesPerProducer, BytesPerID: m.BytesPerID})
 	}
 	for _, r := range results {
 		im, _ := benchkit.LookupImpl(r.Impl)
@@ -463,11 +389,11 @@ func evaluateTargets(rep *benchReport) []benchTargetOK {
 	for _, w := range []string{"inorder", "replay"} {
 		if r := find(main(w, "audit")); r != nil {
 			if r.XFloor > 0 {
-				ts = append(ts, benchTargetOK{"audit.Audit ns/op <= 1.5x the floor-map floor (" + w + ")", fmt.Sprintf("%.2fx", r.XFloor), r.XFloor <= 1.5})
+				ts = append(ts, target("audit.Audit ns/op <= 1.5x the floor-map floor ("+w+")", fmt.Sprintf("%.2fx", r.XFloor), r.XFloor <= 1.5))
 			}
-			ts = append(ts, benchTargetOK{"audit.Audit allocates nothing per check (" + w + ")", fmt.Sprintf("%d allocs/op", r.AllocsPerOp), r.AllocsPerOp == 0})
+			ts = append(ts, target("audit.Audit allocates nothing per check ("+w+")", fmt.Sprintf("%d allocs/op", r.AllocsPerOp), r.AllocsPerOp == 0))
 			if r.JavaSpeedup > 0 {
-				ts = append(ts, benchTargetOK{"audit.Audit >= 4x faster than ActiveMQMessageAuditNoSync (" + w + ")", fmt.Sprintf("%.2fx", r.JavaSpeedup), r.JavaSpeedup >= 4})
+				ts = append(ts, target("audit.Audit >= 4x faster than ActiveMQMessageAuditNoSync ("+w+")", fmt.Sprintf("%.2fx", r.JavaSpeedup), r.JavaSpeedup >= 4))
 			}
 		}
 	}
@@ -490,7 +416,7 @@ func evaluateTargets(rep *benchReport) []benchTargetOK {
 		if n > 1 {
 			mid := (lo + hi) / 2
 			spread := (hi - lo) / 2 / mid
-			ts = append(ts, benchTargetOK{"audit.Audit inorder ns/op within ±25% across the " + axis + " sweep", fmt.Sprintf("±%.0f%% (%.1f..%.1f ns/op)", 100*spread, lo, hi), spread <= 0.25})
+			ts = append(ts, target("audit.Audit inorder ns/op within ±25% across the "+axis+" sweep", fmt.Sprintf("±%.0f%% (%.1f..%.1f ns/op)", 100*spread, lo, hi), spread <= 0.25))
 		}
 	}
 	var mapID float64
@@ -504,11 +430,11 @@ func evaluateTargets(rep *benchReport) []benchTargetOK {
 			continue
 		}
 		limit := float64(m.Depth)/8 + 256
-		ts = append(ts, benchTargetOK{fmt.Sprintf("audit.Audit heap bytes/producer <= depth/8+256 (depth=%d, producers=%d)", m.Depth, m.Producers),
-			fmt.Sprintf("%.0f (limit %.0f)", m.BytesPerProducer, limit), m.BytesPerProducer <= limit})
+		ts = append(ts, target(fmt.Sprintf("audit.Audit heap bytes/producer <= depth/8+256 (depth=%d, producers=%d)", m.Depth, m.Producers),
+			fmt.Sprintf("%.0f (limit %.0f)", m.BytesPerProducer, limit), m.BytesPerProducer <= limit))
 		if mapID > 0 && m.BytesPerID > 0 && m.Depth == benchkit.MainDepth && m.Producers == benchkit.MainProducers {
 			x := mapID / m.BytesPerID
-			ts = append(ts, benchTargetOK{"audit.Audit heap bytes/id >= 50x less than the map baseline's", fmt.Sprintf("%.0fx", x), x >= 50})
+			ts = append(ts, target("audit.Audit heap bytes/id >= 50x less than the map baseline's", fmt.Sprintf("%.0fx", x), x >= 50))
 		}
 	}
 	g := rep.GOMAXPROCS
@@ -517,12 +443,18 @@ func evaluateTargets(rep *benchReport) []benchTargetOK {
 	lockedPar := find(fmt.Sprintf("workload=replay/depth=%d/producers=%d/impl=locked/goroutines=%d", benchkit.MainDepth, benchkit.MainProducers, g))
 	if one != nil && par != nil && g > 1 {
 		x := one.NsPerOp / par.NsPerOp
-		ts = append(ts, benchTargetOK{fmt.Sprintf("audit.Sharded on %d goroutines >= 1.6x the checks/s of 1 (replay)", g), fmt.Sprintf("%.2fx", x), x >= 1.6})
+		ts = append(ts, target(fmt.Sprintf("audit.Sharded on %d goroutines >= 1.6x the checks/s of 1 (replay)", g), fmt.Sprintf("%.2fx", x), x >= 1.6))
 	}
 	if lockedPar != nil && par != nil {
-		ts = append(ts, benchTargetOK{fmt.Sprintf("audit.Sharded no slower than audit.Locked on %d goroutines (replay)", g), fmt.Sprintf("%.1f vs %.1f ns/op", par.NsPerOp, lockedPar.NsPerOp), par.NsPerOp <= lockedPar.NsPerOp})
+		ts = append(ts, target(fmt.Sprintf("audit.Sharded no slower than audit.Locked on %d goroutines (replay)", g), fmt.Sprintf("%.1f vs %.1f ns/op", par.NsPerOp, lockedPar.NsPerOp), par.NsPerOp <= lockedPar.NsPerOp))
 	}
 	return ts
+}
+
+// target is a performance target judged: what it requires, what the run
+// measured, and whether that meets it.
+func target(name, value string, met bool) benchTargetOK {
+	return benchTargetOK{Target: name, Value: value, Met: met}
 }
 
 func fmtRatio(x float64) string {
@@ -630,10 +562,10 @@ func writeFileWith(path string, f func(io.Writer) error) error {
 	return fh.Close()
 }
 
-// benchFromFile prints, charts or converts a report saved with --json. The
+// benchFromFile prints or converts a report saved with --json. The
 // targets are judged again on the saved results, so a saved run is held to
 // today's targets (and --check applies to it).
-func benchFromFile(path, png, benchstat string, check bool, stdout, stderr io.Writer) int {
+func benchFromFile(path, benchstat string, check bool, stdout, stderr io.Writer) int {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		fmt.Fprintln(stderr, "msgaudit bench:", err)
@@ -654,12 +586,6 @@ func benchFromFile(path, png, benchstat string, check bool, stdout, stderr io.Wr
 				fmt.Fprintln(stderr, "msgaudit bench:", err)
 				return 1
 			}
-		}
-	}
-	if png != "" {
-		if err := writeBenchPNG(png, &rep); err != nil {
-			fmt.Fprintln(stderr, "msgaudit bench:", err)
-			return 1
 		}
 	}
 	return checkTargets(&rep, check, stderr)

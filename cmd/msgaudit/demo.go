@@ -70,7 +70,7 @@ status is 1 if any message was lost or applied twice.
          reported, and do not fail the exit status
   none   nothing: every delivery is applied; applied twice > 0, exit 1
 
-Without -stomp the demo runs on an in-process broker MODEL (package
+Without -stomp or -nats the demo runs on an in-process broker MODEL (package
 brokermodel): a model of ActiveMQ's delivery behaviour for tests and this
 demo, NOT a broker. It lives in the parent process, which serves it to the
 consumer over a unix socket: a killed consumer's connection closes, and
@@ -110,9 +110,9 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.IntVar(&c.prefetch, "prefetch", 100, "consumer prefetch")
 	fs.StringVar(&c.guard, "guard", guardInbox, "duplicate guard: inbox | store | none (see above)")
 	fs.StringVar(&c.store, "store", "", "with -guard store: memory | sqlite:PATH | redis://... | postgres://... (default: SQLite in the run's temp dir)")
-	fs.StringVar(&c.stomp, "stomp", "", "ActiveMQ STOMP address(es), comma-separated; empty = the in-process broker MODEL")
-	fs.StringVar(&c.nats, "nats", "", "NATS JetStream URL (nats://host:port); empty = the in-process broker MODEL")
-	fs.StringVar(&c.queue, "queue", "", "queue name (default /queue/msgaudit.demo.<random>)")
+	fs.StringVar(&c.stomp, "stomp", "", "ActiveMQ STOMP address(es), comma-separated; empty, and no -nats, = the in-process broker MODEL")
+	fs.StringVar(&c.nats, "nats", "", "NATS JetStream URL (nats://host:port); empty, and no -stomp, = the in-process broker MODEL")
+	fs.StringVar(&c.queue, "queue", "", "queue name (default /queue/msgaudit.demo.<random>); with -nats, the stream is named after it")
 	fs.Float64Var(&c.failRate, "fail-rate", 0.10, "probability that a handler attempt returns an error")
 	fs.Float64Var(&c.panicRate, "panic-rate", 0.01, "probability that a handler attempt panics")
 	fs.IntVar(&c.kills, "kills", 5, "times the consumer process is killed with SIGKILL (at random points) and restarted")

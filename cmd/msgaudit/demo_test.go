@@ -181,7 +181,9 @@ func TestDemoDeadLetters(t *testing.T) {
 func TestDemoFlags(t *testing.T) {
 	code, _, errOut := runDemoTest(t, "-h")
 	if code != 0 || !strings.Contains(errOut, "in-process broker MODEL") || !strings.Contains(errOut, "NOT a broker") ||
-		!strings.Contains(errOut, "-stomp") || !strings.Contains(errOut, "-guard") || !strings.Contains(errOut, "SIGKILL") {
+		!strings.Contains(errOut, "-stomp") || !strings.Contains(errOut, "-guard") || !strings.Contains(errOut, "SIGKILL") ||
+		!strings.Contains(errOut, "Without -stomp or -nats the demo runs on an in-process broker MODEL") ||
+		!strings.Contains(errOut, "empty, and no -stomp, = the in-process broker MODEL") {
 		t.Fatalf("-h: exit %d\n%s", code, errOut)
 	}
 	for _, tc := range []struct {

@@ -86,11 +86,12 @@ var layers = map[string]float64{
 	// Tools.
 	"internal/testkit/crashtest": 9, "internal/testkit/failovertest": 9,
 	// The tools' module (cmd/msgaudit/go.mod): the command and what only
-	// it uses.
-	"cmd/msgaudit/internal/benchkit": 8, "cmd/msgaudit/internal/tune": 9, "cmd/msgaudit/internal/bench": 9,
+	// it uses; the bench chart is a module of its own
+	// (cmd/msgaudit/benchchart/go.mod) that reads the bench report.
+	"cmd/msgaudit/internal/benchreport": 7.5, "cmd/msgaudit/internal/benchkit": 8, "cmd/msgaudit/internal/tune": 9, "cmd/msgaudit/internal/bench": 9,
 	"cmd/msgaudit/internal/brokermodel": 9, "cmd/msgaudit/internal/bench/e2e": 9,
 	"cmd/msgaudit/internal/bench/e2e/cmd/e2e": 9.5, "cmd/msgaudit/internal/bench/lone": 9,
-	"cmd/msgaudit": 10,
+	"cmd/msgaudit": 10, "cmd/msgaudit/benchchart": 10,
 }
 
 type pkg struct {
@@ -278,8 +279,9 @@ func TestLayers(t *testing.T) {
 	}
 }
 
-// toolOnly are modules only the tools' module (cmd/msgaudit) may require:
-// the charts, the progress bar and the terminal check of the command.
+// toolOnly are modules only the tools' modules (cmd/msgaudit, and
+// cmd/msgaudit/benchchart for the charts) may require: the charts, the
+// progress bar and the terminal check of the command.
 var toolOnly = []string{"gonum.org/", "github.com/schollz/progressbar", "golang.org/x/term"}
 
 // tracingOnly are modules only the OpenTelemetry modules (oteltrace,

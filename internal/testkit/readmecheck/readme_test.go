@@ -71,8 +71,9 @@ var imports = map[string]string{
 	"msgid": "github.com/acemq/msgaudit/msgid", "receiver": "github.com/acemq/msgaudit/receiver",
 	"rabbitconsumer": "github.com/acemq/msgaudit/rabbitconsumer", "stompconsumer": "github.com/acemq/msgaudit/stompconsumer",
 	"natsconsumer": "github.com/acemq/msgaudit/natsconsumer",
-	"amqp":         "github.com/rabbitmq/amqp091-go",
-	"inbox":        "github.com/acemq/msgaudit/inbox", "pgxinbox": "github.com/acemq/msgaudit/inbox/pgxinbox",
+	"nats":         "github.com/nats-io/nats.go", "jetstream": "github.com/nats-io/nats.go/jetstream",
+	"amqp":  "github.com/rabbitmq/amqp091-go",
+	"inbox": "github.com/acemq/msgaudit/inbox", "pgxinbox": "github.com/acemq/msgaudit/inbox/pgxinbox",
 	"sqlitestore": "github.com/acemq/msgaudit/idempotency/sqlitestore",
 	"redisstore":  "github.com/acemq/msgaudit/idempotency/redisstore",
 	"pgstore":     "github.com/acemq/msgaudit/idempotency/pgstore",
@@ -99,6 +100,7 @@ import (
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/acemq/msgaudit/stompconsumer"
+	"github.com/nats-io/nats.go"
 )
 
 // apply and handle are the application's message handlers.
@@ -121,16 +123,17 @@ var (
 	c         *stompconsumer.Consumer // the consumer built in "Embedding the STOMP consumer"
 	ib        *inbox.Inbox            // the inbox opened in the quick start
 	db        *sql.DB                 // the database opened in the quick start
+	nc        *nats.Conn              // a NATS connection, from nats.Connect
 )
 
 var _, _, _, _, _, _ = apply, handle, saveOrder, work, msgID, body
-var _, _, _, _, _, _ = id, store, c, credit, ib, db
+var _, _, _, _, _, _, _ = id, store, c, credit, ib, db, nc
 `
 
-// generate writes the package the blocks compile in: each block is the
-// body of its own function, with a //line directive so that errors point
-// at README.md.
-func generate(dir string, blocks []block) error {
+// generate writes the package the blocks compile in, prelude (a Go file of
+// package readmegen) beside them: each block is the body of its own
+// function, with a //line directive so that errors point at README.md.
+func generate(dir, prelude string, blocks []block) error {
 	var b strings.Builder
 	b.WriteString("package readmegen\n\nimport (\n")
 	used := map[string]bool{"context": true}
@@ -190,6 +193,7 @@ func anyExported(pkg string) string {
 	return map[string]string{
 		"audit": "New", "connaudit": "New", "idempotency": "Open", "metadata": "Open", "msgid": "Split",
 		"receiver": "New", "rabbitconsumer": "New", "stompconsumer": "New", "natsconsumer": "New", "amqp": "Dial",
+		"nats": "Connect", "jetstream": "New",
 		"inbox": "New", "pgxinbox": "New", "sql": "Open", "pgx": "Connect", "pgxpool": "New",
 		"context": "Background", "errors": "New", "fmt": "Sprint", "os": "Getenv", "slog": "Default", "time": "Now",
 		"sqlitestore": "Open", "redisstore": "New", "pgstore": "New", "sqlitemeta": "Open", "redismeta": "New", "pgmeta": "New",
@@ -227,22 +231,35 @@ func check(t *testing.T, root string, docs ...string) []string {
 	t.Helper()
 	var blocks []block
 	for _, doc := range docs {
-		md, err := os.ReadFile(filepath.Join(root, doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		bs, err := goBlocks(md)
-		if err != nil {
-			t.Fatalf("%s: %v", doc, err)
-		}
-		for i := range bs {
-			bs[i].file = doc
-		}
-		blocks = append(blocks, bs...)
+		blocks = append(blocks, readBlocks(t, root, doc)...)
 	}
 	if len(blocks) == 0 {
 		t.Fatalf("%s: no ```go blocks", strings.Join(docs, ", "))
 	}
+	return checkBlocks(t, root, prelude, blocks)
+}
+
+// readBlocks returns the ```go blocks of the Markdown file doc (a path
+// relative to the module root).
+func readBlocks(t *testing.T, root, doc string) []block {
+	t.Helper()
+	md, err := os.ReadFile(filepath.Join(root, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := goBlocks(md)
+	if err != nil {
+		t.Fatalf("%s: %v", doc, err)
+	}
+	for i := range bs {
+		bs[i].file = doc
+	}
+	return bs
+}
+
+// checkBlocks compiles and vets blocks with prelude beside them (see check).
+func checkBlocks(t *testing.T, root, prelude string, blocks []block) []string {
+	t.Helper()
 	// Inside the module, so the blocks import its packages; the leading
 	// underscore keeps ./... patterns away from it.
 	dir, err := os.MkdirTemp(root, "_readmecheck-")
@@ -250,7 +267,7 @@ func check(t *testing.T, root string, docs ...string) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := generate(dir, blocks); err != nil {
+	if err := generate(dir, prelude, blocks); err != nil {
 		t.Fatal(err)
 	}
 	rel := "./" + filepath.Base(dir)
@@ -372,6 +389,24 @@ func TestReadmeBlocksCompile(t *testing.T) {
 		files = append(files, filepath.ToSlash(rel))
 	}
 	for _, p := range check(t, root, files...) {
+		t.Error(p)
+	}
+}
+
+// TestQuickStartStandsAlone: the README's quick start, its first Go block,
+// compiles with nothing but ctx given: every name it uses, its handler
+// included, is declared in it or imported, so it works as pasted into a
+// function of the reader's own.
+func TestQuickStartStandsAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a package with go vet")
+	}
+	root := moduleRoot(t)
+	blocks := readBlocks(t, root, "README.md")
+	if len(blocks) == 0 {
+		t.Fatal("README.md: no ```go blocks")
+	}
+	for _, p := range checkBlocks(t, root, "package readmegen\n", blocks[:1]) {
 		t.Error(p)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/benchreport"
 )
 
 // Case is one cell of the benchmark matrix.
@@ -167,10 +169,11 @@ var (
 	ProducerCounts = []int{1, 64, 1024}
 )
 
-// Main sizes: the default depth and ActiveMQ's default producer cap.
+// Main sizes: the default depth and ActiveMQ's default producer cap (the
+// report's main cell).
 const (
-	MainDepth     = 2048
-	MainProducers = 64
+	MainDepth     = benchreport.MainDepth
+	MainProducers = benchreport.MainProducers
 )
 
 // Matrix returns the cases of profile p, grouped so that consecutive cases

@@ -17,7 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/acemq/msgaudit/cmd/msgaudit/internal/benchkit"
+	"github.com/acemq/msgaudit/cmd/msgaudit/internal/benchreport"
 )
 
 // chartStyle is how one implementation is drawn and named in the legend.
@@ -66,6 +66,10 @@ var chartStyles = []chartStyle{
 var chartDrawOrder = []string{"map", "lru", "floor-bit", "floor-map", "locked", "sharded", "connaudit", "audit", "floor-parse",
 	"activemq-sync", "activemq-nosync"}
 
+// inOrder is the workload the chart draws (benchkit.InOrder): every id
+// new, each producer's sequence numbers in order.
+const inOrder = "inorder"
+
 // yAxisLabel is the y axis of both panels.
 const yAxisLabel = "ns per check (lower is better; log scale)"
 
@@ -78,14 +82,14 @@ type chartPanel struct {
 // chartData picks the inorder results of the depth sweep (at the main
 // producer count) and of the producer sweep (at the main depth), and
 // ActiveMQ's points, for every implementation of chartStyles.
-func chartData(rep *benchReport) (byDepth, byProd chartPanel) {
+func chartData(rep *benchreport.Report) (byDepth, byProd chartPanel) {
 	byDepth = chartPanel{
-		title:  fmt.Sprintf("by depth (%d producers)", benchkit.MainProducers),
+		title:  fmt.Sprintf("by depth (%d producers)", benchreport.MainProducers),
 		xLabel: "depth: sequence numbers remembered per producer",
 		series: map[string]plotter.XYs{},
 	}
 	byProd = chartPanel{
-		title:  fmt.Sprintf("by producers (depth %d)", benchkit.MainDepth),
+		title:  fmt.Sprintf("by producers (depth %d)", benchreport.MainDepth),
 		xLabel: "producers tracked",
 		series: map[string]plotter.XYs{},
 	}
@@ -93,20 +97,20 @@ func chartData(rep *benchReport) (byDepth, byProd chartPanel) {
 		if ns <= 0 {
 			return
 		}
-		if producers == benchkit.MainProducers {
+		if producers == benchreport.MainProducers {
 			byDepth.series[impl] = append(byDepth.series[impl], plotter.XY{X: float64(depth), Y: ns})
 		}
-		if depth == benchkit.MainDepth {
+		if depth == benchreport.MainDepth {
 			byProd.series[impl] = append(byProd.series[impl], plotter.XY{X: float64(producers), Y: ns})
 		}
 	}
 	for _, r := range rep.Results {
-		if r.Workload == string(benchkit.InOrder) && r.Goroutines == 0 && r.Error == "" {
+		if r.Workload == inOrder && r.Goroutines == 0 && r.Error == "" {
 			add(r.Impl, r.Depth, r.Producers, r.NsPerOp)
 		}
 	}
 	for _, j := range rep.Java {
-		if j.Workload == string(benchkit.InOrder) {
+		if j.Workload == inOrder {
 			add(j.Impl, j.Depth, j.Producers, j.NsPerOp)
 		}
 	}
@@ -149,10 +153,10 @@ func yRange(panels ...chartPanel) (lo, hi float64) {
 // producers, log scales, every implementation measured (ActiveMQ's Java
 // audits when they ran), with a title, the legend beside the panels and a
 // caption saying what the floors and baselines are, into a PNG file.
-func writeBenchPNG(path string, rep *benchReport) error {
+func writeBenchPNG(path string, rep *benchreport.Report) error {
 	byDepth, byProd := chartData(rep)
 	if len(byDepth.series) == 0 && len(byProd.series) == 0 {
-		return fmt.Errorf("png: no inorder results to chart (run without --run, or include workload=inorder)")
+		return fmt.Errorf("no inorder results to chart (run msgaudit bench without --run, or include workload=inorder)")
 	}
 	ylo, yhi := yRange(byDepth, byProd)
 	single := map[string]bool{} // implementations with one point in every panel
@@ -278,7 +282,7 @@ func writeBenchPNG(path string, rep *benchReport) error {
 
 // chartCaption says what the floors and baselines are, which marks are
 // single measurements, and which run the chart shows.
-func chartCaption(rep *benchReport, single map[string]bool) []string {
+func chartCaption(rep *benchreport.Report, single map[string]bool) []string {
 	lines := []string{
 		"Floors are lower bounds, not audits (they never slide a window or evict a producer): floor-bit only sets a bit, floor-map adds the",
 		"map lookup of the producer key, floor-parse adds splitting the id string, the least a check of a string id can cost. Baselines are",
@@ -292,7 +296,7 @@ func chartCaption(rep *benchReport, single map[string]bool) []string {
 	}
 	if len(names) > 0 {
 		lines = append(lines, fmt.Sprintf("Single marks were measured at depth %d with %d producers only: %s.",
-			benchkit.MainDepth, benchkit.MainProducers, strings.Join(names, ", ")))
+			benchreport.MainDepth, benchreport.MainProducers, strings.Join(names, ", ")))
 	}
 	run := fmt.Sprintf("Run: %s profile, best of %d, benchtime %s, %s, %s, GOMAXPROCS %d", rep.Profile, rep.Rounds, rep.BenchTime,
 		rep.GoVersion, rep.CPU, rep.GOMAXPROCS)
