@@ -3,8 +3,10 @@ package redact
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -37,6 +39,19 @@ func (r Redactor) With(secrets ...string) Redactor {
 	})
 	return Redactor{secrets: slices.Compact(all)}
 }
+
+// GoString returns "redact.Redactor{xxxxx}", or "redact.Redactor{}" for
+// a Redactor without secrets: never the secrets themselves.
+func (r Redactor) GoString() string {
+	if r.Empty() {
+		return "redact.Redactor{}"
+	}
+	return "redact.Redactor{" + Mask + "}"
+}
+
+// Format prints GoString for every verb (quoted for %q), so that no verb
+// reaches the secrets.
+func (r Redactor) Format(f fmt.State, verb rune) { Format(f, verb, r.GoString()) }
 
 // Empty reports whether r has no secret to replace.
 func (r Redactor) Empty() bool { return len(r.secrets) == 0 }
@@ -75,6 +90,22 @@ type redactedError struct {
 }
 
 func (e *redactedError) Error() string { return e.msg }
+
+// GoString shows the redacted message only: the fields hold the raw error
+// and the secrets.
+func (e *redactedError) GoString() string {
+	return "&redact.redactedError{msg:" + strconv.Quote(e.msg) + "}"
+}
+
+// Format prints the redacted message for every verb (quoted for %q), and
+// GoString for %#v.
+func (e *redactedError) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		Format(f, verb, e.GoString())
+		return
+	}
+	Format(f, verb, e.msg)
+}
 
 // Unwrap returns the redacted errors wrapped by err (one or several, as
 // err wraps them). With the methods on *redactedError the single and the
