@@ -135,8 +135,9 @@ func (e *redactedError) As(target any) bool { return errors.As(e.err, target) }
 // userinfo password (decoded, and as written), and the values of query
 // parameters that hold a secret (password=, sslpassword=, token=, any name
 // with "pass" in it). A string url.Parse rejects still yields the text
-// between the userinfo's first ':' and the last '@'. Pass the result to
-// New.
+// between the userinfo's first ':' and the last '@'; the query is read as
+// text, so a malformed value (a bad %-escape) is found too. Pass the
+// result to New.
 //
 // A string without "://" is taken for a libpq key=value connection string
 // as well (DSNSecrets).
@@ -154,6 +155,7 @@ func URLSecrets(urls ...string) []string {
 				}
 			}
 		}
+		out = append(out, querySecrets(raw)...)
 		u, err := url.Parse(raw)
 		if err != nil {
 			continue
@@ -163,14 +165,32 @@ func URLSecrets(urls ...string) []string {
 				out = append(out, p)
 			}
 		}
-		for k, vs := range u.Query() {
-			if IsSecretParam(k) {
-				for _, v := range vs {
-					if v != "" {
-						out = append(out, v)
-					}
-				}
-			}
+	}
+	return out
+}
+
+// querySecrets returns the values of the secret parameters in the query of
+// raw (the text after its first '?', up to a '#'), found without
+// url.ParseQuery, which drops a malformed pair: each value as written, and
+// decoded when it decodes.
+func querySecrets(raw string) []string {
+	_, query, ok := strings.Cut(raw, "?")
+	if !ok {
+		return nil
+	}
+	query, _, _ = strings.Cut(query, "#")
+	var out []string
+	for _, part := range strings.FieldsFunc(query, func(r rune) bool { return r == '&' || r == ';' }) {
+		k, v, _ := strings.Cut(part, "=")
+		if name, err := url.QueryUnescape(k); err == nil {
+			k = name
+		}
+		if !IsSecretParam(k) || v == "" {
+			continue
+		}
+		out = append(out, v)
+		if dec, err := url.QueryUnescape(v); err == nil && dec != "" && dec != v {
+			out = append(out, dec)
 		}
 	}
 	return out
