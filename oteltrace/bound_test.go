@@ -22,7 +22,7 @@ func checkBounded(t *testing.T, spans []sdktrace.ReadOnlySpan) {
 	t.Helper()
 	check := func(where string, kvs []attribute.KeyValue) {
 		for _, kv := range kvs {
-			if n := len(kv.Value.Emit()); n > logkey.MaxBytes {
+			if n := len(kv.Value.String()); n > logkey.MaxBytes {
 				t.Errorf("%s: attribute %s holds %d bytes; want at most %d", where, kv.Key, n, logkey.MaxBytes)
 			}
 		}
