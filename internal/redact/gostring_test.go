@@ -35,9 +35,10 @@ func checkNoSecret(t *testing.T, secret string, outs []string) {
 	}
 }
 
-// TestFormatHidesSecrets: no fmt verb prints a secret held by a Redactor,
-// a redacting error (alone, wrapped by fmt.Errorf or joined) or a Handler;
-// each prints its clean text.
+// TestFormatHidesSecrets: no fmt verb prints a secret held by a Redactor
+// (also as another type's unexported field), a redacting error (alone,
+// wrapped by fmt.Errorf or joined) or a Handler; each prints its clean
+// text.
 func TestFormatHidesSecrets(t *testing.T) {
 	const secret = "JQVW\"ZZ%KX"
 	r := redact.New(secret)
@@ -70,8 +71,12 @@ func TestFormatHidesSecrets(t *testing.T) {
 		"Handler":       h,
 		"Handler value": *h,
 		"in a struct":   struct{ R redact.Redactor }{r},
-		"in a slice":    []any{r, err},
-		"unwrapped":     errors.Unwrap(err),
+		// fmt calls no method of an unexported field: it prints the
+		// field's contents by reflection.
+		"unexported field":  struct{ r redact.Redactor }{r},
+		"*unexported field": &struct{ r redact.Redactor }{r},
+		"in a slice":        []any{r, err},
+		"unwrapped":         errors.Unwrap(err),
 	} {
 		t.Run(name, func(t *testing.T) { checkNoSecret(t, secret, printed(v)) })
 	}

@@ -14,7 +14,20 @@ import (
 // text headed for a log line or an error. The zero value replaces
 // nothing. A Redactor is immutable: With returns a new one.
 type Redactor struct {
-	secrets []string // longest first, so no secret is cut by a shorter one
+	// secrets returns the secrets, longest first, so no secret is cut by
+	// a shorter one; the slice is never changed once made. It is a
+	// function because fmt prints a struct's unexported field by
+	// reflection, without calling its Format: a Redactor held that way (a
+	// consumer's field) then prints a function's address, not the secrets.
+	secrets func() []string
+}
+
+// list returns r's secrets, nil for none.
+func (r Redactor) list() []string {
+	if r.secrets == nil {
+		return nil
+	}
+	return r.secrets()
 }
 
 // New returns a Redactor of the given secrets; empty strings are ignored.
@@ -26,7 +39,7 @@ func New(secrets ...string) Redactor {
 
 // With returns a Redactor of r's secrets and the given ones.
 func (r Redactor) With(secrets ...string) Redactor {
-	all := slices.Clone(r.secrets)
+	all := slices.Clone(r.list())
 	for _, s := range secrets {
 		if s == "" {
 			continue
@@ -37,7 +50,11 @@ func (r Redactor) With(secrets ...string) Redactor {
 	slices.SortFunc(all, func(a, b string) int {
 		return cmp.Or(cmp.Compare(len(b), len(a)), strings.Compare(a, b))
 	})
-	return Redactor{secrets: slices.Compact(all)}
+	if len(all) == 0 {
+		return Redactor{}
+	}
+	all = slices.Compact(all)
+	return Redactor{secrets: func() []string { return all }}
 }
 
 // GoString returns "redact.Redactor{xxxxx}", or "redact.Redactor{}" for
@@ -54,11 +71,11 @@ func (r Redactor) GoString() string {
 func (r Redactor) Format(f fmt.State, verb rune) { Format(f, verb, r.GoString()) }
 
 // Empty reports whether r has no secret to replace.
-func (r Redactor) Empty() bool { return len(r.secrets) == 0 }
+func (r Redactor) Empty() bool { return len(r.list()) == 0 }
 
 // String returns s with every secret replaced by Mask.
 func (r Redactor) String(s string) string {
-	for _, p := range r.secrets {
+	for _, p := range r.list() {
 		s = strings.ReplaceAll(s, p, Mask)
 	}
 	return s
@@ -68,7 +85,7 @@ func (r Redactor) String(s string) string {
 // error that prints the message with the secrets replaced and wraps err,
 // so errors.Is and errors.As still see the chain. Error(nil) is nil.
 func (r Redactor) Error(err error) error {
-	if err == nil || len(r.secrets) == 0 {
+	if err == nil || r.Empty() {
 		return err
 	}
 	msg := err.Error()
