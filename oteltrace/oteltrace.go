@@ -22,9 +22,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/acemq/msgaudit/internal/keyjoin"
+	"github.com/acemq/msgaudit/internal/logkey"
 	"github.com/acemq/msgaudit/receiver"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -117,14 +119,41 @@ func destination(m *receiver.Message) string {
 	return strings.TrimSuffix(m.Destination, keyjoin.Topic("", m.Consumer))
 }
 
+// bound is how a span holds text that comes from a message or a selector
+// (a key, a destination, a reason, an error): whole up to 256 bytes, else
+// its head, length and SHA-256, as the receiver logs a key
+// (logkey.String), so a span stays bounded whatever producers send.
+func bound(s string) string { return logkey.String(s) }
+
+// recordError records err as span.RecordError does, an "exception" event
+// with the error's type and message, the message bounded.
+func recordError(span trace.Span, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+		semconv.ExceptionType(bound(typeName(err))), semconv.ExceptionMessage(bound(err.Error()))))
+}
+
+// typeName is the exception.type of err, as the SDK's RecordError names
+// it: the package path and name of its type, or the type itself for an
+// unnamed one (a pointer).
+func typeName(err error) string {
+	t := reflect.TypeOf(err)
+	if t.PkgPath() == "" && t.Name() == "" {
+		return t.String()
+	}
+	return t.PkgPath() + "." + t.Name()
+}
+
 // Start begins the delivery's consumer span, named "process " and the
-// destination. Its parent is the producer's span context found in m's
+// destination (bounded as every text of the span is). Its parent is the producer's span context found in m's
 // headers; without one, the span ctx carries, if any (a hand-written
 // consumer's request span), else the span is the root of a new trace.
 // The returned context carries the span.
 func (t *Tracer) Start(ctx context.Context, m *receiver.Message) (context.Context, receiver.Observation) {
 	ctx = t.prop.Extract(ctx, propagation.MapCarrier(m.Headers))
-	dest := destination(m)
+	dest := bound(destination(m))
 	attrs := make([]attribute.KeyValue, 0, 9)
 	attrs = append(attrs, t.system,
 		semconv.MessagingOperationTypeProcess,
@@ -133,10 +162,10 @@ func (t *Tracer) Start(ctx context.Context, m *receiver.Message) (context.Contex
 		semconv.MessagingMessageBodySize(len(m.Body)),
 		attrRedelivered.Bool(m.Redelivered))
 	if m.Consumer != "" {
-		attrs = append(attrs, semconv.MessagingDestinationSubscriptionName(m.Consumer))
+		attrs = append(attrs, semconv.MessagingDestinationSubscriptionName(bound(m.Consumer)))
 	}
 	if m.Key != "" {
-		attrs = append(attrs, semconv.MessagingMessageID(m.Key))
+		attrs = append(attrs, semconv.MessagingMessageID(bound(m.Key)))
 	}
 	ctx, span := t.tracer.Start(ctx, "process "+dest,
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
@@ -154,12 +183,12 @@ type delivery struct {
 // detail, or its error.
 func (d *delivery) Selected(name string, dec receiver.Decision, err error) {
 	if err != nil {
-		d.span.AddEvent(selectEvent, trace.WithAttributes(attrSelector.String(name), attrVerdict.String("error"),
-			attrError.String(err.Error())))
+		d.span.AddEvent(selectEvent, trace.WithAttributes(attrSelector.String(bound(name)), attrVerdict.String("error"),
+			attrError.String(bound(err.Error()))))
 		return
 	}
-	d.span.AddEvent(selectEvent, trace.WithAttributes(attrSelector.String(name), attrVerdict.String(dec.Verdict.String()),
-		attrReason.String(dec.Reason), attrDetail.String(dec.Detail)))
+	d.span.AddEvent(selectEvent, trace.WithAttributes(attrSelector.String(bound(name)), attrVerdict.String(dec.Verdict.String()),
+		attrReason.String(bound(dec.Reason)), attrDetail.String(bound(dec.Detail))))
 }
 
 // Handle starts the handler's child span; the handler's context carries it.
@@ -170,7 +199,7 @@ func (d *delivery) Handle(ctx context.Context) (context.Context, func(error)) {
 			if errors.Is(err, receiver.ErrPanic) {
 				span.SetAttributes(attrPanic.Bool(true))
 			}
-			span.RecordError(err)
+			recordError(span, err)
 			span.SetStatus(codes.Error, "handler failed")
 		}
 		span.End()
@@ -183,7 +212,7 @@ func (d *delivery) Settle(ctx context.Context, s receiver.Settlement) (context.C
 		trace.WithAttributes(attrSettlement.String(s.String())))
 	return ctx, func(err error) {
 		if err != nil {
-			span.RecordError(err)
+			recordError(span, err)
 			span.SetStatus(codes.Error, "settlement failed")
 		}
 		span.End()
@@ -200,15 +229,15 @@ func (d *delivery) End(res receiver.Result) {
 		attrRan.Bool(res.Ran),
 	}
 	if res.Reason != "" {
-		attrs = append(attrs, attrReason.String(res.Reason))
+		attrs = append(attrs, attrReason.String(bound(res.Reason)))
 	}
 	if k := d.m.IdempotencyKey(); k != d.m.Key {
-		attrs = append(attrs, attrKey.String(k))
+		attrs = append(attrs, attrKey.String(bound(k)))
 	}
 	d.span.SetAttributes(attrs...)
 	if res.Err != nil {
-		d.span.RecordError(res.Err)
-		d.span.SetStatus(codes.Error, res.Reason)
+		recordError(d.span, res.Err)
+		d.span.SetStatus(codes.Error, bound(res.Reason))
 	}
 	d.span.End()
 }

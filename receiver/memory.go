@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/acemq/msgaudit/bitsetbin"
+	"github.com/acemq/msgaudit/internal/logkey"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
@@ -142,7 +142,7 @@ func (s *memorySelector) Name() string { return "memory" }
 // cost a bounded amount whatever producers send; log lines carry its first
 // 64 bytes, its length and its SHA-256 (logKey). The idempotency store
 // applies its own MaxKeyLength, hashing longer keys as well.
-const maxKeyBytes = 256
+const maxKeyBytes = logkey.MaxBytes
 
 // tableKey is the key of m in the tables, joinKey of its scope and
 // idempotency key.
@@ -168,14 +168,9 @@ func joinKey(scope, key string) string {
 
 // logKey is how the receiver logs an idempotency key: whole up to
 // maxKeyBytes, else its first 64 bytes followed by "...", its length and
-// its hex SHA-256, so a log line stays bounded whatever the key.
-func logKey(key string) string {
-	if len(key) <= maxKeyBytes {
-		return key
-	}
-	sum := sha256.Sum256([]byte(key))
-	return fmt.Sprintf("%s...(%d bytes, sha256 %x)", strings.ToValidUTF8(key[:64], ""), len(key), sum)
-}
+// its hex SHA-256, so a log line stays bounded whatever the key
+// (logkey.String, which oteltrace's spans use as well).
+func logKey(key string) string { return logkey.String(key) }
 
 func (s *memorySelector) shard(k string) *memShard {
 	return &s.shards[maphash.String(s.seed, k)%memoryShards]

@@ -19,15 +19,16 @@ const (
 // CutParam removes the query parameter name from rawURL and returns its
 // value (def when absent) and the URL without it. The other parameters
 // keep their text and order: re-encoding them would turn an escaped space
-// (%20) into "+", which pgx passes to the server as a plus sign.
+// (%20) into "+", which pgx passes to the server as a plus sign. Its error
+// quotes no part of the query (see redact.ParseQuery).
 func CutParam(rawURL, name, def string) (value, rest string, err error) {
 	base, query, ok := strings.Cut(rawURL, "?")
 	if !ok {
 		return def, rawURL, nil
 	}
-	q, err := url.ParseQuery(query)
+	q, err := redact.ParseQuery(query)
 	if err != nil {
-		return "", "", fmt.Errorf("%w: %q: bad query: %v", metadata.ErrUnsupportedURL, redact.Strict(base), err)
+		return "", "", fmt.Errorf("%w: %q: bad query: %w", metadata.ErrUnsupportedURL, redact.Strict(base), err)
 	}
 	value = def
 	if vs, ok := q[name]; ok {

@@ -20,6 +20,13 @@ func NewHandler(h slog.Handler, red Redactor) *Handler {
 	return &Handler{h: h, red: red}
 }
 
+// GoString names the type and its Redactor, never the secrets.
+func (r Handler) GoString() string { return "redact.Handler{" + r.red.GoString() + "}" }
+
+// Format prints GoString for every verb (quoted for %q), so that no verb
+// reaches the Redactor's secrets.
+func (r Handler) Format(f fmt.State, verb rune) { Format(f, verb, r.GoString()) }
+
 // Enabled reports whether the wrapped handler handles level l.
 func (r *Handler) Enabled(ctx context.Context, l slog.Level) bool { return r.h.Enabled(ctx, l) }
 

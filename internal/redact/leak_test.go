@@ -77,12 +77,13 @@ func userinfo(user, pw string) []string {
 	return []string{user + ":" + pw, url.UserPassword(user, pw).String(), user + ":" + url.QueryEscape(pw)}
 }
 
-// errorTexts returns the message of err and of every error it wraps.
+// errorTexts returns the message of err and of every error it wraps, each
+// also as %+v and %#v print it.
 func errorTexts(err error) []string {
 	if err == nil {
 		return nil
 	}
-	out := []string{err.Error(), fmt.Sprintf("%+v", err)}
+	out := []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err)}
 	switch u := err.(type) {
 	case interface{ Unwrap() error }:
 		out = append(out, errorTexts(u.Unwrap())...)

@@ -20,22 +20,70 @@ const encodeHint = "percent-encode '%', '@', ':', '/', '?', '#' and spaces in a 
 // or '@' even where net/url accepts it, because backends split such URLs
 // differently and would take part of the password for a host, a path or
 // an option (an '@' after the host, in a path or query, must then be
-// percent-encoded too).
+// percent-encoded too). A query url.ParseQuery rejects is refused as
+// ParseQuery refuses it.
 func ParseURL(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: %s; %s", ErrURL, Strict(rawURL), urlProblem(err), encodeHint)
+		return nil, fmt.Errorf("%w %s: %s; %s", ErrURL, Strict(rawURL), urlProblem(rawURL, err), encodeHint)
 	}
 	if ambiguousUserinfo(rawURL) {
 		return nil, fmt.Errorf("%w %s: a raw '/', '?', '#' or '@' in the user information; %s", ErrURL, Strict(rawURL), encodeHint)
 	}
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		return nil, fmt.Errorf("%w %s: %s; %s", ErrURL, Strict(rawURL), queryProblem(u.RawQuery), queryHint)
+	}
 	return u, nil
 }
 
-// urlProblem names what url.Parse found wrong without quoting the input,
-// as its own messages do.
-func urlProblem(err error) string {
+// queryHint tells how to write a parameter value that breaks a query.
+const queryHint = "percent-encode '%', '&', ';', '#' and '+' in a parameter value (%25 %26 %3B %23 %2B)"
+
+// ParseQuery parses a URL's query text as url.ParseQuery does. Unlike
+// url.ParseQuery's, its error quotes no part of query, whose values may be
+// secrets: it wraps ErrURL and names the malformed parameter by its place
+// in the query (1 for the first) and says whether its name or its value is
+// at fault.
+func ParseQuery(query string) (url.Values, error) {
+	v, err := url.ParseQuery(query)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s; %s", ErrURL, queryProblem(query), queryHint)
+	}
+	return v, nil
+}
+
+// queryProblem names the first parameter of query that url.ParseQuery
+// rejects, by its place, without quoting it.
+func queryProblem(query string) string {
+	n := 0
+	for _, part := range strings.Split(query, "&") {
+		if part == "" {
+			continue
+		}
+		n++
+		if strings.Contains(part, ";") {
+			return fmt.Sprintf("query parameter %d holds a raw ';'", n)
+		}
+		k, v, _ := strings.Cut(part, "=")
+		if _, err := url.QueryUnescape(k); err != nil {
+			return fmt.Sprintf("the name of query parameter %d has an invalid %%-escape", n)
+		}
+		if _, err := url.QueryUnescape(v); err != nil {
+			return fmt.Sprintf("the value of query parameter %d has an invalid %%-escape", n)
+		}
+	}
+	return "cannot parse the query"
+}
+
+// urlProblem names what url.Parse found wrong in rawURL without quoting
+// the input, as its own messages do.
+func urlProblem(rawURL string, err error) string {
 	msg := err.Error()
+	if strings.Contains(msg, "invalid URL escape") {
+		if part := escapePart(rawURL); part != "" {
+			return part + " has an invalid %-escape"
+		}
+	}
 	for _, p := range []struct{ in, says string }{
 		{"invalid port", "invalid port after the host (a '/', '?' or '#' in a password ends the host early)"},
 		{"invalid URL escape", "invalid %-escape"},
@@ -51,6 +99,53 @@ func urlProblem(err error) string {
 		}
 	}
 	return "cannot parse"
+}
+
+// escapePart names the part of rawURL, split as url.Parse splits it, that
+// holds a '%' not followed by two hex digits: "the password", "the user
+// name", "the host", "the path" or "the fragment"; "" if none does.
+func escapePart(rawURL string) string {
+	rest, fragment, _ := strings.Cut(rawURL, "#")
+	_, rest, _ = strings.Cut(rest, "://")
+	rest, _, _ = strings.Cut(rest, "?")
+	authority, path := rest, ""
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		authority, path = rest[:i], rest[i:]
+	}
+	host := authority
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		host = authority[at+1:]
+		user, pass, _ := strings.Cut(authority[:at], ":")
+		switch {
+		case badEscape(pass):
+			return "the password"
+		case badEscape(user):
+			return "the user name"
+		}
+	}
+	switch {
+	case badEscape(host):
+		return "the host"
+	case badEscape(path):
+		return "the path"
+	case badEscape(fragment):
+		return "the fragment"
+	}
+	return ""
+}
+
+// badEscape reports whether s holds a '%' not followed by two hex digits.
+func badEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && (i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2])) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // DSNSecrets returns the values of the secret parameters (password,

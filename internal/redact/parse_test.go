@@ -24,7 +24,12 @@ func TestParseURL(t *testing.T) {
 		{"redis://user:/Secret@h:6379/0", "Secret", "raw '/', '?', '#' or '@'"},
 		{"redis://user:Top!@Secret!@h:6379/0", "Secret", "raw '/', '?', '#' or '@'"},
 		{"postgres://postgres:Top@ Secret@127.0.0.1:1/test", "Secret", "invalid character in the user information"},
-		{"amqp://guest:50%off@h/", "off", "invalid %-escape"},
+		{"amqp://guest:50%off@h/", "off", "the password has an invalid %-escape"},
+		{"redis://JQ%KxZZ:pw@h/0", "pw", "the user name has an invalid %-escape"},
+		{"redis://h/JQ%KxZZ", "no secret", "the path has an invalid %-escape"},
+		{"redis://h/0?password=JQ%KxZZ", "%Kx", "the value of query parameter 1 has an invalid %-escape"},
+		{"redis://h/0?a=1&&JQ%Kx=ZZ", "no secret", "the name of query parameter 2 has an invalid %-escape"},
+		{"redis://h/0?a=1;password=JQ", "JQ", "query parameter 1 holds a raw ';'"},
 	} {
 		u, err := redact.ParseURL(c.in)
 		switch {

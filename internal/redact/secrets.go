@@ -3,8 +3,10 @@ package redact
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -12,7 +14,20 @@ import (
 // text headed for a log line or an error. The zero value replaces
 // nothing. A Redactor is immutable: With returns a new one.
 type Redactor struct {
-	secrets []string // longest first, so no secret is cut by a shorter one
+	// secrets returns the secrets, longest first, so no secret is cut by
+	// a shorter one; the slice is never changed once made. It is a
+	// function because fmt prints a struct's unexported field by
+	// reflection, without calling its Format: a Redactor held that way (a
+	// consumer's field) then prints a function's address, not the secrets.
+	secrets func() []string
+}
+
+// list returns r's secrets, nil for none.
+func (r Redactor) list() []string {
+	if r.secrets == nil {
+		return nil
+	}
+	return r.secrets()
 }
 
 // New returns a Redactor of the given secrets; empty strings are ignored.
@@ -24,7 +39,7 @@ func New(secrets ...string) Redactor {
 
 // With returns a Redactor of r's secrets and the given ones.
 func (r Redactor) With(secrets ...string) Redactor {
-	all := slices.Clone(r.secrets)
+	all := slices.Clone(r.list())
 	for _, s := range secrets {
 		if s == "" {
 			continue
@@ -35,15 +50,32 @@ func (r Redactor) With(secrets ...string) Redactor {
 	slices.SortFunc(all, func(a, b string) int {
 		return cmp.Or(cmp.Compare(len(b), len(a)), strings.Compare(a, b))
 	})
-	return Redactor{secrets: slices.Compact(all)}
+	if len(all) == 0 {
+		return Redactor{}
+	}
+	all = slices.Compact(all)
+	return Redactor{secrets: func() []string { return all }}
 }
 
+// GoString returns "redact.Redactor{xxxxx}", or "redact.Redactor{}" for
+// a Redactor without secrets: never the secrets themselves.
+func (r Redactor) GoString() string {
+	if r.Empty() {
+		return "redact.Redactor{}"
+	}
+	return "redact.Redactor{" + Mask + "}"
+}
+
+// Format prints GoString for every verb (quoted for %q), so that no verb
+// reaches the secrets.
+func (r Redactor) Format(f fmt.State, verb rune) { Format(f, verb, r.GoString()) }
+
 // Empty reports whether r has no secret to replace.
-func (r Redactor) Empty() bool { return len(r.secrets) == 0 }
+func (r Redactor) Empty() bool { return len(r.list()) == 0 }
 
 // String returns s with every secret replaced by Mask.
 func (r Redactor) String(s string) string {
-	for _, p := range r.secrets {
+	for _, p := range r.list() {
 		s = strings.ReplaceAll(s, p, Mask)
 	}
 	return s
@@ -53,7 +85,7 @@ func (r Redactor) String(s string) string {
 // error that prints the message with the secrets replaced and wraps err,
 // so errors.Is and errors.As still see the chain. Error(nil) is nil.
 func (r Redactor) Error(err error) error {
-	if err == nil || len(r.secrets) == 0 {
+	if err == nil || r.Empty() {
 		return err
 	}
 	msg := err.Error()
@@ -75,6 +107,22 @@ type redactedError struct {
 }
 
 func (e *redactedError) Error() string { return e.msg }
+
+// GoString shows the redacted message only: the fields hold the raw error
+// and the secrets.
+func (e *redactedError) GoString() string {
+	return "&redact.redactedError{msg:" + strconv.Quote(e.msg) + "}"
+}
+
+// Format prints the redacted message for every verb (quoted for %q), and
+// GoString for %#v.
+func (e *redactedError) Format(f fmt.State, verb rune) {
+	if verb == 'v' && f.Flag('#') {
+		Format(f, verb, e.GoString())
+		return
+	}
+	Format(f, verb, e.msg)
+}
 
 // Unwrap returns the redacted errors wrapped by err (one or several, as
 // err wraps them). With the methods on *redactedError the single and the
@@ -104,8 +152,9 @@ func (e *redactedError) As(target any) bool { return errors.As(e.err, target) }
 // userinfo password (decoded, and as written), and the values of query
 // parameters that hold a secret (password=, sslpassword=, token=, any name
 // with "pass" in it). A string url.Parse rejects still yields the text
-// between the userinfo's first ':' and the last '@'. Pass the result to
-// New.
+// between the userinfo's first ':' and the last '@'; the query is read as
+// text, so a malformed value (a bad %-escape) is found too. Pass the
+// result to New.
 //
 // A string without "://" is taken for a libpq key=value connection string
 // as well (DSNSecrets).
@@ -123,6 +172,7 @@ func URLSecrets(urls ...string) []string {
 				}
 			}
 		}
+		out = append(out, querySecrets(raw)...)
 		u, err := url.Parse(raw)
 		if err != nil {
 			continue
@@ -132,14 +182,32 @@ func URLSecrets(urls ...string) []string {
 				out = append(out, p)
 			}
 		}
-		for k, vs := range u.Query() {
-			if IsSecretParam(k) {
-				for _, v := range vs {
-					if v != "" {
-						out = append(out, v)
-					}
-				}
-			}
+	}
+	return out
+}
+
+// querySecrets returns the values of the secret parameters in the query of
+// raw (the text after its first '?', up to a '#'), found without
+// url.ParseQuery, which drops a malformed pair: each value as written, and
+// decoded when it decodes.
+func querySecrets(raw string) []string {
+	_, query, ok := strings.Cut(raw, "?")
+	if !ok {
+		return nil
+	}
+	query, _, _ = strings.Cut(query, "#")
+	var out []string
+	for _, part := range strings.FieldsFunc(query, func(r rune) bool { return r == '&' || r == ';' }) {
+		k, v, _ := strings.Cut(part, "=")
+		if name, err := url.QueryUnescape(k); err == nil {
+			k = name
+		}
+		if !IsSecretParam(k) || v == "" {
+			continue
+		}
+		out = append(out, v)
+		if dec, err := url.QueryUnescape(v); err == nil && dec != "" && dec != v {
+			out = append(out, dec)
 		}
 	}
 	return out

@@ -83,37 +83,58 @@ func TestIsSecretParam(t *testing.T) {
 }
 
 // FuzzURL checks that a password placed in the userinfo or in a password=
-// parameter never survives URL or Strict, whatever surrounds it.
+// parameter never survives URL or Strict, whatever surrounds it, and that
+// neither ParseURL's nor ParseQuery's error quotes any part of it. The
+// password is tried as is and holding each malformed %-escape of
+// badEscapes, so no fragment of it (either side of the escape) may show.
 func FuzzURL(f *testing.F) {
 	f.Add("redis", "user", "host:6379", "/0")
 	f.Add("postgres", "postgres", "127.0.0.1:5432", "/test?sslmode=disable")
 	f.Add("rediss", "", "h:1", "")
 	f.Add("postgres", "u", "h:notaport", "/db")
 	f.Add("tcp", "admin", "h:61613", "")
+	f.Add("redis+sentinel", "", "h:26379", "/mymaster?x=%zz")
+	f.Add("mysql", "root", "h", "/db?a=1")
+	badEscapes := []string{"", "%", "%K", "%Kx", "%4", "%%", "%g0", "%4%"}
 	f.Fuzz(func(t *testing.T, scheme, user, host, rest string) {
-		const pw = "Zq7SECRETpw9"
-		if strings.ContainsAny(user+host, "/") || strings.ContainsAny(user+host+rest, "@ \t&;?=#") || strings.Contains(scheme+user+host+rest, "SECRET") {
+		const head, tail = "Zq7SEC", "RETpw9"
+		if strings.ContainsAny(user+host, "/") || strings.ContainsAny(user+host+rest, "@ \t&;?=#") || strings.Contains(scheme+user+host+rest, "SEC") || strings.Contains(scheme+user+host+rest, "RET") {
 			return // the secret's boundaries become ambiguous; covered by the tables
 		}
-		for _, in := range []string{
-			scheme + "://" + user + ":" + pw + "@" + host + rest,
-			scheme + "://" + host + rest + "?password=" + pw,
-			scheme + "://" + host + "/db?x=1&password=" + pw + "&y=2",
-			scheme + ":" + user + ":" + pw + "@" + host + rest,
-			"//" + user + ":" + pw + "@" + host + rest,
-			user + ":" + pw + "@" + host + rest,
-			scheme + ":/" + user + ":" + pw + "@" + host + rest,
-		} {
-			for name, fn := range map[string]func(string) string{"URL": URL, "Strict": Strict} {
-				if got := fn(in); strings.Contains(got, pw) {
-					t.Fatalf("%s(%q) = %q keeps the password", name, in, got)
+		for _, esc := range badEscapes {
+			pw := head + esc + tail
+			leaks := func(s string) bool {
+				return strings.Contains(s, head) || strings.Contains(s, tail) || esc != "" && strings.Contains(s, esc+"R")
+			}
+			for _, in := range []string{
+				scheme + "://" + user + ":" + pw + "@" + host + rest,
+				scheme + "://" + host + rest + "?password=" + pw,
+				scheme + "://" + host + "/db?x=1&password=" + pw + "&y=2",
+				scheme + "://" + host + "/m?x=1&sentinel_password=" + pw,
+				scheme + ":" + user + ":" + pw + "@" + host + rest,
+				"//" + user + ":" + pw + "@" + host + rest,
+				user + ":" + pw + "@" + host + rest,
+				scheme + ":/" + user + ":" + pw + "@" + host + rest,
+			} {
+				for name, fn := range map[string]func(string) string{"URL": URL, "Strict": Strict} {
+					if got := fn(in); leaks(got) {
+						t.Fatalf("%s(%q) = %q keeps the password", name, in, got)
+					}
+				}
+				if _, err := ParseURL(in); err != nil && leaks(err.Error()) {
+					t.Fatalf("ParseURL(%q): %v quotes the password", in, err)
+				}
+				if _, query, ok := strings.Cut(in, "?"); ok {
+					if _, err := ParseQuery(query); err != nil && leaks(err.Error()) {
+						t.Fatalf("ParseQuery(%q): %v quotes the password", query, err)
+					}
 				}
 			}
-		}
-		if !strings.ContainsAny(user, `'\`) {
-			in := "host=" + host + " password='" + user + " " + pw + "' user=u"
-			if got := URL(in); strings.Contains(got, pw) {
-				t.Fatalf("URL(%q) = %q keeps the password", in, got)
+			if !strings.ContainsAny(user, `'\`) {
+				in := "host=" + host + " password='" + user + " " + pw + "' user=u"
+				if got := URL(in); leaks(got) {
+					t.Fatalf("URL(%q) = %q keeps the password", in, got)
+				}
 			}
 		}
 	})

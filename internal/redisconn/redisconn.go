@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -76,12 +77,19 @@ type Config struct {
 }
 
 // Parse parses rawURL (whose msgaudit_ parameters the caller has removed).
-// Errors may quote parts of the URL, the password among them: callers
-// redact them.
+// A URL net/url cannot split as a backend would, or whose query holds a
+// malformed pair, is refused as redact.ParseURL refuses it, with an error
+// that quotes no part of the user information or the query; go-redis's
+// errors about options may still quote a parameter: callers redact them.
 func Parse(rawURL string) (*Config, error) {
 	scheme, _, ok := strings.Cut(rawURL, "://")
 	if !ok {
 		return nil, errors.New("not a Redis URL (want redis://, rediss://, unix://, redis+cluster:// or redis+sentinel://)")
+	}
+	// go-redis would quote the URL in a syntax error, and drop a query
+	// pair with a bad %-escape (a password among them) in silence.
+	if _, err := redact.ParseURL(OneHost(rawURL)); err != nil {
+		return nil, err
 	}
 	switch strings.ToLower(scheme) {
 	case "redis", "rediss", "unix":
@@ -196,7 +204,8 @@ func splitAddrs(rawURL, defaultPort string) (*url.URL, []string, error) {
 	}
 	u, err := url.Parse(scheme + "://" + userinfo + "placeholder" + tail)
 	if err != nil {
-		return nil, nil, err
+		// Parse has checked the same text with another host.
+		return nil, nil, errors.New("cannot parse the URL")
 	}
 	tls := strings.HasPrefix(strings.ToLower(scheme), "rediss+")
 	u.Scheme = "redis"

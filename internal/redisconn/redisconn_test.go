@@ -145,3 +145,39 @@ func TestParseRawDelimiterInPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestParseMalformedEscape: a password, a sentinel_password or another
+// secret parameter holding a '%' that starts no valid escape makes Parse
+// fail, for every scheme, with an error that quotes no part of it; the
+// query's malformed value is not dropped in silence (url.Values would
+// leave a Sentinel without its password).
+func TestParseMalformedEscape(t *testing.T) {
+	const head, tail = "TopQ", "SecretQ"
+	for _, scheme := range []string{"redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"} {
+		path := "/0"
+		switch {
+		case strings.Contains(scheme, "cluster"):
+			path = ""
+		case strings.Contains(scheme, "sentinel"):
+			path = "/m"
+		}
+		for _, esc := range []string{"%Kx", "%", "%4", "%%"} {
+			pw := head + esc + tail
+			ins := []string{
+				scheme + "://user:" + pw + "@127.0.0.1:1" + path,
+				scheme + "://127.0.0.1:1" + path + "?password=" + pw,
+				scheme + "://127.0.0.1:1" + path + "?dial_timeout=1s&sentinel_password=" + pw,
+			}
+			for _, in := range ins {
+				_, err := redisconn.Parse(in)
+				if err == nil {
+					t.Errorf("Parse(%q) succeeded", in)
+					continue
+				}
+				if s := err.Error(); strings.Contains(s, head) || strings.Contains(s, tail) || strings.Contains(s, esc+"S") || strings.Contains(s, `escape "`) {
+					t.Errorf("Parse(%q) = %v: quotes the password", in, err)
+				}
+			}
+		}
+	}
+}

@@ -17,14 +17,15 @@ import (
 // rawURL and returns the rest of the URL byte for byte, the parameter's last
 // value and whether it was present. The other parameters keep their text
 // and order: re-encoding them would turn an escaped space (%20) into "+",
-// which pgx passes to the server as a plus sign.
+// which pgx passes to the server as a plus sign. Its error quotes no part
+// of the query (see redact.ParseQuery).
 func CutQueryParam(rawURL, name string) (clean, value string, found bool, err error) {
 	base, rest, hasQuery := strings.Cut(rawURL, "?")
 	if !hasQuery {
 		return rawURL, "", false, nil
 	}
 	query, fragment, hasFragment := strings.Cut(rest, "#")
-	vals, err := url.ParseQuery(query)
+	vals, err := redact.ParseQuery(query)
 	if err != nil {
 		return "", "", false, fmt.Errorf("query: %w", err)
 	}
