@@ -154,3 +154,38 @@ func TestLogKey(t *testing.T) {
 		t.Fatal("two long keys logged alike")
 	}
 }
+
+// TestLogLinesBoundedOnHugeText sends a delivery whose destination, key and
+// handler error are each 1 MiB, through a failure, the dead letter after
+// MaxAttempts and a duplicate: no log line may carry any of them whole
+// (the bound is a key's 256 bytes, an error's 4 KiB, plus the line's
+// other fields).
+func TestLogLinesBoundedOnHugeText(t *testing.T) {
+	const huge, lineBound = 1 << 20, 8 << 10
+	var logs lockedBuffer
+	r, err := receiver.New(receiver.Config{MemoryOnly: true, MaxAttempts: 2, Duplicates: receiver.DuplicateDeadLetter,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := "/queue/" + strings.Repeat("d", huge)
+	fail := func(context.Context, *receiver.Message) error { return errors.New(strings.Repeat("e", huge)) }
+	ok := func(context.Context, *receiver.Message) error { return nil }
+	for attempt := 1; attempt <= 2; attempt++ {
+		m := &receiver.Message{Key: longKey(1, huge), Destination: dest, Attempt: attempt}
+		r.Process(context.Background(), m, fail)
+	}
+	for range 2 { // the second is a duplicate of finished work
+		r.Process(context.Background(), &receiver.Message{Key: longKey(2, huge), Destination: dest}, ok)
+	}
+	r.Process(context.Background(), &receiver.Message{Destination: dest}, ok) // no key
+	lines := logs.lines()
+	if len(lines) < 3 {
+		t.Fatalf("%d log lines, want the failure, the dead letter and the duplicate: %q", len(lines), lines)
+	}
+	for _, l := range lines {
+		if len(l) > lineBound {
+			t.Errorf("a %d-byte log line (bound %d): %.300s...", len(l), lineBound, l)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/admission"
+	"github.com/acemq/msgaudit/internal/logkey"
 	"github.com/acemq/msgaudit/internal/nilcheck"
 	lru "github.com/hashicorp/golang-lru/v2"
 )
@@ -446,7 +447,7 @@ func (r *Receiver) Process(ctx context.Context, m *Message, h Handler) Result {
 // Message.Key) that entered Process at start and is still there after
 // Config.SlowAfter.
 func (r *Receiver) logSlow(dest, key string, start time.Time) {
-	r.log.Warn("receiver: delivery still in progress", "destination", dest, "key", logKey(key),
+	r.log.Warn("receiver: delivery still in progress", "destination", logKey(dest), "key", logKey(key),
 		"running", time.Since(start).Round(time.Millisecond), "slow_after", r.cfg.SlowAfter)
 }
 
@@ -574,7 +575,7 @@ func (r *Receiver) failed(m *Message, res Result, herr error, fk string) Result 
 	}
 	if r.log.Enabled(context.Background(), slog.LevelInfo) {
 		r.log.Info("receiver: handler failed, delivery requeued", "key", logKey(m.IdempotencyKey()),
-			"attempt", res.Attempt, "err", herr)
+			"attempt", res.Attempt, "err", logkey.Error(herr))
 	}
 	return r.requeue(m, res, reason)
 }
@@ -589,8 +590,8 @@ func (r *Receiver) requeue(m *Message, res Result, reason string) Result {
 func (r *Receiver) deadLetter(m *Message, res Result, reason string) Result {
 	res.Action, res.Reason = DeadLetter, reason
 	r.metrics.inc(&r.metrics.DeadLettered)
-	r.log.Warn("receiver: delivery dead-lettered", "destination", m.Destination, "key", logKey(m.IdempotencyKey()),
-		"reason", reason, "attempt", res.Attempt, "err", res.Err)
+	r.log.Warn("receiver: delivery dead-lettered", "destination", logKey(m.Destination), "key", logKey(m.IdempotencyKey()),
+		"reason", logKey(reason), "attempt", res.Attempt, "err", logkey.Error(res.Err))
 	return res
 }
 
@@ -740,7 +741,7 @@ func (r *Receiver) duplicate(ctx context.Context, m *Message, h Handler, res Res
 	res.Reason = reason
 	r.metrics.duplicate(reason)
 	if r.log.Enabled(ctx, slog.LevelWarn) { // the guard spares the argument boxing when logs are off
-		r.log.Warn("receiver: duplicate delivery absorbed", "destination", m.Destination, "key", logKey(m.IdempotencyKey()),
+		r.log.Warn("receiver: duplicate delivery absorbed", "destination", logKey(m.Destination), "key", logKey(m.IdempotencyKey()),
 			"reason", reason, "redelivered", m.Redelivered)
 	}
 	if r.cfg.OnDuplicate != nil {
@@ -792,7 +793,7 @@ func (r *Receiver) missingKey(ctx context.Context, m *Message, h Handler, kerr e
 		return r.deadLetter(m, res, "missing-key")
 	}
 	r.log.Warn("receiver: delivery without a key processed without duplicate detection",
-		"destination", m.Destination)
+		"destination", logKey(m.Destination))
 	started, err := r.gated(ctx, m, h, obs)
 	if !started {
 		return abandoned(res, err)

@@ -20,10 +20,27 @@ const headBytes = 64
 // valid UTF-8) followed by "...", its length and its hex SHA-256: the same
 // long text gives the same result, and two long texts that differ give
 // different ones.
-func String(s string) string {
-	if len(s) <= MaxBytes {
+func String(s string) string { return bound(s, MaxBytes, headBytes) }
+
+// MaxErrorBytes is the longest error text Error returns as it is.
+const MaxErrorBytes = 4096
+
+// Error returns err's text bounded as String bounds a key, but keeping up
+// to MaxErrorBytes (an error, a panic's value and stack, says more than a
+// key), or "" for a nil err.
+func Error(err error) string {
+	if err == nil {
+		return ""
+	}
+	return bound(err.Error(), MaxErrorBytes, MaxErrorBytes-128)
+}
+
+// bound returns s whole up to max bytes, else its first head bytes, its
+// length and its hash.
+func bound(s string, max, head int) string {
+	if len(s) <= max {
 		return s
 	}
 	sum := sha256.Sum256([]byte(s))
-	return fmt.Sprintf("%s...(%d bytes, sha256 %x)", strings.ToValidUTF8(s[:headBytes], ""), len(s), sum)
+	return fmt.Sprintf("%s...(%d bytes, sha256 %x)", strings.ToValidUTF8(s[:head], ""), len(s), sum)
 }

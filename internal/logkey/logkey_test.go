@@ -1,6 +1,7 @@
 package logkey_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -30,5 +31,22 @@ func TestString(t *testing.T) {
 	a, b := strings.Repeat("a", 1000), strings.Repeat("a", 999)+"b"
 	if logkey.String(a) == logkey.String(b) || logkey.String(a) != logkey.String(strings.Clone(a)) {
 		t.Error("two long texts that differ only at the end must differ, and one text must give one result")
+	}
+}
+
+func TestError(t *testing.T) {
+	if got := logkey.Error(nil); got != "" {
+		t.Fatalf("logkey.Error(nil) = %q", got)
+	}
+	short := strings.Repeat("e", logkey.MaxErrorBytes)
+	if got := logkey.Error(errors.New(short)); got != short {
+		t.Fatalf("a %d-byte error text was changed", len(short))
+	}
+	got := logkey.Error(errors.New(short + "x"))
+	if len(got) > logkey.MaxErrorBytes || !strings.HasPrefix(got, short[:logkey.MaxErrorBytes-128]) {
+		t.Fatalf("a long error text bounded to %d bytes: %.80q", len(got), got)
+	}
+	if logkey.Error(errors.New(short+"y")) == got {
+		t.Fatal("two long error texts bounded alike")
 	}
 }
