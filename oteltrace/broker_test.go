@@ -283,46 +283,58 @@ func (s *scenario) check(system, dest string) {
 }
 
 // TestActiveMQ runs the scenario through stompconsumer against ActiveMQ:
-// the traceparent travels in STOMP headers, and b's retry is a copy the
+// the traceparent travels in STOMP headers. b's retry is the same delivery
+// run again in place (the default), or, with a CopySecret, a copy the
 // consumer sends, which keeps it.
 func TestActiveMQ(t *testing.T) {
 	addr := testenv.Getenv(t, "MSGAUDIT_STOMP_ADDR", "ActiveMQ's STOMP address")
-	s := newScenario(t, "activemq")
-	q := "/queue/" + uniq(t, "msgaudit.otel.")
-	dlq := "/queue/" + uniq(t, "msgaudit.otel.dlq.")
-	c, err := stompconsumer.New(stompconsumer.Config{
-		Addresses:             []string{addr},
-		Subscriptions:         []stompconsumer.Subscription{{Destination: q, Handler: s.handler}},
-		DeadLetterDestination: dlq,
-		KeyHeader:             "idem",
-		Pipeline:              s.pipeline(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := stomp.Dial("tcp", addr, stomp.ConnOpt.AcceptVersion(stomp.V12), stomp.ConnOpt.HeartBeat(0, 0))
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	defer conn.Disconnect()
-	send := func(key string, p *producer) {
-		t.Helper()
-		opts := []func(*frame.Frame) error{stomp.SendOpt.Header("persistent", "true"), stomp.SendOpt.Header("idem", key),
-			stomp.SendOpt.Receipt}
-		if p != nil {
-			opts = append(opts, stomp.SendOpt.Header("traceparent", p.traceparent()))
-		}
-		if err := conn.Send(q, "text/plain", []byte(key), opts...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	stop := s.play(c.Run, send, func() { send("a", &s.a2) })
-	stop()
-	s.check("activemq", q)
-	for _, d := range []string{q, dlq} {
-		if n := stompLeft(t, addr, d); n != 0 {
-			t.Errorf("%d messages left on %s", n, d)
-		}
+	for _, mode := range []struct {
+		name   string
+		secret []byte
+	}{{"in-place", nil}, {"copy", []byte("0123456789abcdef0123456789abcdef")}} {
+		t.Run(mode.name, func(t *testing.T) {
+			s := newScenario(t, "activemq")
+			q := "/queue/" + uniq(t, "msgaudit.otel.")
+			dlq := "/queue/" + uniq(t, "msgaudit.otel.dlq.")
+			c, err := stompconsumer.New(stompconsumer.Config{
+				Addresses:             []string{addr},
+				Subscriptions:         []stompconsumer.Subscription{{Destination: q, Handler: s.handler}},
+				DeadLetterDestination: dlq,
+				KeyHeader:             "idem",
+				CopySecret:            mode.secret,
+				Pipeline:              s.pipeline(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := stomp.Dial("tcp", addr, stomp.ConnOpt.AcceptVersion(stomp.V12), stomp.ConnOpt.HeartBeat(0, 0))
+			if err != nil {
+				t.Fatalf("dial %s: %v", addr, err)
+			}
+			defer conn.Disconnect()
+			send := func(key string, p *producer) {
+				t.Helper()
+				opts := []func(*frame.Frame) error{stomp.SendOpt.Header("persistent", "true"), stomp.SendOpt.Header("idem", key),
+					stomp.SendOpt.Receipt}
+				if p != nil {
+					opts = append(opts, stomp.SendOpt.Header("traceparent", p.traceparent()))
+				}
+				if err := conn.Send(q, "text/plain", []byte(key), opts...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop := s.play(c.Run, send, func() { send("a", &s.a2) })
+			stop()
+			s.check("activemq", q)
+			if st := c.Stats(); (mode.secret == nil) != (st.RetriesSent == 0) {
+				t.Errorf("%s: %d retry copies sent, %d retries in place", mode.name, st.RetriesSent, st.LocalRetries)
+			}
+			for _, d := range []string{q, dlq} {
+				if n := stompLeft(t, addr, d); n != 0 {
+					t.Errorf("%d messages left on %s", n, d)
+				}
+			}
+		})
 	}
 }
 
