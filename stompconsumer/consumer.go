@@ -30,6 +30,7 @@ type Consumer struct {
 	log     *slog.Logger
 	red     redact.Redactor
 	sig     *copysig.Signer // signs the copies this consumer makes
+	copies  bool            // CopySecret set: a failed handler's delivery is retried as a copy
 	subs    []Subscription
 	gates   []*admission.Gate // per subscription: its Concurrency, over every session
 	running atomic.Bool
@@ -136,7 +137,7 @@ func New(cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: CopySecret: %w", ErrConfig, err)
 	}
-	c := &Consumer{cfg: cfg, log: log, red: red, sig: sig, subs: subs}
+	c := &Consumer{cfg: cfg, log: log, red: red, sig: sig, copies: len(cfg.CopySecret) > 0, subs: subs}
 	p := cfg.Pipeline
 	p.Handlers, p.LaneBound = 0, 0
 	for _, s := range subs {
@@ -192,8 +193,10 @@ func inFlight(n, concurrency, prefetch int) (int, error) {
 func (c *Consumer) logGuarantee() {
 	c.guaranteeOnce.Do(func() {
 		consumerkit.LogGuarantee(c.log, "stompconsumer", c.cfg.Pipeline)
-		if len(c.cfg.CopySecret) == 0 {
-			c.log.Info("stompconsumer: no Config.CopySecret: retry copies are signed with a secret of this process only, so a copy another consumer or a restarted one takes counts its attempts from one; set the same CopySecret on every consumer of these queues for MaxAttempts to hold across them")
+		if c.copies {
+			c.log.Info("stompconsumer: retries: a failed handler's queue delivery is retried as a signed copy sent to the back of its queue; every consumer of these queues must share this CopySecret")
+		} else {
+			c.log.Info("stompconsumer: retries: in place (no Config.CopySecret): a failed delivery is handled again on the same delivery, unacknowledged, after the backoff")
 		}
 	})
 }
@@ -596,16 +599,22 @@ func (sr *subRun) handle(d *delivery) {
 			s.deadLetter(d, m, res)
 			return
 		default: // Requeue (and anything unknown: never acknowledge the unknown)
-			// In place, not as a copy: a topic (a copy would reach every
+			// In place, not as a copy: everything without a CopySecret
+			// (a copy that another consumer, or this one after a
+			// restart, cannot authenticate is keyed by its own id, and
+			// applies the message again when another delivery of its
+			// key completes elsewhere); a topic (a copy would reach every
 			// subscriber); a delivery whose handler succeeded but whose
 			// confirm failed (its effect may be committed); and a
 			// delivery deferred without running (its key in flight
 			// elsewhere, or the store down), since the other delivery of
-			// its key may complete, and a copy that another consumer or a
-			// restarted one cannot authenticate would be keyed by its own
-			// id and applied again. Only a handler's failure, whose effect
-			// was rolled back, becomes a copy.
-			retryInPlace := sr.topic || res.Reason == confirmError || !res.Ran
+			// its key may complete. Only a handler's failure, whose
+			// effect was rolled back, becomes a copy, and only with a
+			// CopySecret. In place, the delivery stays unacknowledged on
+			// this connection and the receiver counts its attempts, so
+			// MaxAttempts holds; a lost connection or a crash brings the
+			// original back from the broker with its own message-id.
+			retryInPlace := !c.copies || sr.topic || res.Reason == confirmError || !res.Ran
 			delay := res.RetryAfter
 			if !res.Ran {
 				// Outcome unknown (in flight elsewhere, store down): back
@@ -674,7 +683,8 @@ func (s *session) settle(d *delivery, send func() error) error {
 const confirmError = "confirm-error"
 
 // requeue sends a retry copy of d, whose handler failed, to its
-// destination and acknowledges d in one transaction.
+// destination and acknowledges d in one transaction (only with a
+// CopySecret, see handle).
 func (s *session) requeue(d *delivery, m *receiver.Message, res receiver.Result) {
 	h := copyHeaders(d.msg.Header)
 	h[copyhdr.OriginalKey] = m.IdempotencyKey()
