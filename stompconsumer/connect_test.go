@@ -70,6 +70,7 @@ func TestRetryCommitLost(t *testing.T) {
 	var failed atomic.Bool
 	c, err := New(Config{
 		Addresses:             []string{px.Addr()},
+		CopySecret:            []byte("commit-lost test copy secret"), // retries are copies
 		DeadLetterDestination: noDeadLetters(t, addr),
 		// go-stomp waits for a COMMIT's receipt for the heart-beat
 		// interval less 5s: 1s here.
