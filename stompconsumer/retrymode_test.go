@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"io"
 	"net"
 	"path/filepath"
@@ -24,52 +23,94 @@ import (
 // TestDefaultRetriesInPlace: without CopySecret a failed handler is
 // retried in place, on the same delivery: no retry copy is sent, the
 // message is applied once, and a message that always fails is
-// dead-lettered after MaxAttempts handler runs.
+// dead-lettered after MaxAttempts handler runs; in memory and with the
+// inbox, whose failed attempts roll back their effect.
 func TestDefaultRetriesInPlace(t *testing.T) {
-	addr := stompAddr(t)
-	q := "/queue/" + uniq("msgaudit.inplace")
-	dlq := "/queue/" + uniq("msgaudit.inplace.dlq")
-	tag := uniq("tag")
-	produce(t, addr, q, tag, 2, nil) // "0" fails once, "1" always
-	got := newSeen()
-	c, err := New(Config{
-		Addresses:             []string{addr},
-		DeadLetterDestination: dlq,
-		Subscriptions: []Subscription{{Destination: q, Handler: func(_ context.Context, m *receiver.Message) error {
-			got.add(m)
-			if string(m.Body) == "1" || len(got.get("0")) == 1 {
-				return errors.New("handler fails")
+	for _, tier := range []string{"memory", "inbox"} {
+		t.Run(tier, func(t *testing.T) {
+			addr := stompAddr(t)
+			q := "/queue/" + uniq("msgaudit.inplace")
+			dlq := "/queue/" + uniq("msgaudit.inplace.dlq")
+			tag := uniq("tag")
+			produce(t, addr, q, tag, 2, nil) // "0" fails once, "1" always
+			got := newSeen()
+			fails := func(m *receiver.Message) error {
+				got.add(m)
+				if string(m.Body) == "1" || len(got.get("0")) == 1 {
+					return errInjected
+				}
+				return nil
 			}
-			return nil
-		}}},
-		Pipeline: receiver.Config{MemoryOnly: true, MaxAttempts: 3, Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
+			p := receiver.Config{MemoryOnly: true}
+			h := func(_ context.Context, m *receiver.Message) error { return fails(m) }
+			applied := func() int { return len(got.get("0")) - 1 }
+			if tier == "inbox" {
+				db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "app.db")+"?_txlock=immediate&_pragma=busy_timeout(10000)")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				if _, err := db.Exec(`CREATE TABLE fx (body TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {
+					t.Fatal(err)
+				}
+				ib, err := inbox.New(context.Background(), db, inbox.Options{Dialect: inbox.SQLite})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p = receiver.Config{Inbox: ib}
+				h = inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+					if _, err := tx.ExecContext(ctx, `INSERT INTO fx (body, n) VALUES (?, 1) ON CONFLICT (body) DO UPDATE SET n = n + 1`, string(m.Body)); err != nil {
+						return err
+					}
+					return fails(m)
+				})
+				applied = func() int {
+					var n int
+					if err := db.QueryRow(`SELECT coalesce(sum(n), 0) FROM fx`).Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					return n
+				}
+			}
+			p.MaxAttempts = 3
+			p.Backoff = receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}
+			c, err := New(Config{
+				Addresses:             []string{addr},
+				DeadLetterDestination: dlq,
+				Subscriptions:         []Subscription{{Destination: q, Handler: h}},
+				Pipeline:              p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := runConsumer(t, c)
+			waitFor(t, 30*time.Second, "one applied, one dead-lettered", func() bool {
+				return c.Metrics().Snapshot().Processed == 1 && c.Stats().DeadLetters == 1
+			})
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if s := c.Stats(); s.RetriesSent != 0 || s.LocalRetries != 3 {
+				t.Errorf("retry copies %d, retries in place %d; want 0 and 3 (one for \"0\", two for \"1\")", s.RetriesSent, s.LocalRetries)
+			}
+			if runs := got.get("0"); len(runs) != 2 || runs[0].Header("message-id") != runs[1].Header("message-id") || runs[1].Attempt != 2 {
+				t.Errorf("\"0\" ran %d times; want twice, on one delivery, the second as attempt 2", len(runs))
+			}
+			if runs := got.get("1"); len(runs) != 3 || runs[2].Attempt != 3 {
+				t.Errorf("\"1\" ran %d times; want MaxAttempts = 3", len(runs))
+			}
+			if n := applied(); n != 1 {
+				t.Errorf("%d effects committed, want 1", n)
+			}
+			dl := drain(t, addr, dlq, 300*time.Millisecond)
+			if len(dl) != 1 || dl[0]["body"] != "1" || dl[0][copyhdr.Attempts] != "3" {
+				t.Errorf("dead-letter destination holds %v; want \"1\" after 3 attempts", dl)
+			}
+			if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
+				t.Errorf("queue not empty: %v", left)
+			}
+			checkBrokerDLQ(t, addr, q)
+		})
 	}
-	stop := runConsumer(t, c)
-	waitFor(t, 30*time.Second, "one applied, one dead-lettered", func() bool {
-		return c.Metrics().Snapshot().Processed == 1 && c.Stats().DeadLetters == 1
-	})
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	if s := c.Stats(); s.RetriesSent != 0 || s.LocalRetries != 3 {
-		t.Errorf("retry copies %d, retries in place %d; want 0 and 3 (one for \"0\", two for \"1\")", s.RetriesSent, s.LocalRetries)
-	}
-	if runs := got.get("0"); len(runs) != 2 || runs[0].Header("message-id") != runs[1].Header("message-id") || runs[1].Attempt != 2 {
-		t.Errorf("\"0\" ran %d times; want twice, on one delivery, the second as attempt 2", len(runs))
-	}
-	if runs := got.get("1"); len(runs) != 3 || runs[2].Attempt != 3 {
-		t.Errorf("\"1\" ran %d times; want MaxAttempts = 3", len(runs))
-	}
-	dl := drain(t, addr, dlq, 300*time.Millisecond)
-	if len(dl) != 1 || dl[0]["body"] != "1" || dl[0][copyhdr.Attempts] != "3" {
-		t.Errorf("dead-letter destination holds %v; want \"1\" after 3 attempts", dl)
-	}
-	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
-		t.Errorf("queue not empty: %v", left)
-	}
-	checkBrokerDLQ(t, addr, q)
 }
 
 // sameIDProxy forwards connections to upstream and gives every MESSAGE
