@@ -601,9 +601,10 @@ func (sr *subRun) handle(d *delivery) {
 		default: // Requeue (and anything unknown: never acknowledge the unknown)
 			// In place, not as a copy: everything without a CopySecret
 			// (a copy that another consumer, or this one after a
-			// restart, cannot authenticate is keyed by its own id, and
-			// applies the message again when another delivery of its
-			// key completes elsewhere); a topic (a copy would reach every
+			// restart, cannot authenticate is a new message to it, with
+			// the default key keyed by its own message-id, and applies
+			// the message again once a producer's duplicate of it was
+			// applied elsewhere); a topic (a copy would reach every
 			// subscriber); a delivery whose handler succeeded but whose
 			// confirm failed (its effect may be committed); and a
 			// delivery deferred without running (its key in flight
