@@ -207,6 +207,15 @@
 // last ACK, not by an UNSUBSCRIBE before it. Deliveries received but not
 // started are not acknowledged; the broker sends them again.
 //
+// go-stomp v3.1.3 queues a frame while holding its connection's lock and
+// without a bound, so a broker that stops reading blocks an ACK, and
+// blocks it for good once the connection is gone. A worker still blocked
+// so ShutdownTimeout plus 3 s after Run's context ends (on the connection
+// Run stops with, or on one lost earlier) is abandoned with an error log
+// line that says how many, and Run returns; its delivery stays
+// unacknowledged. Each connection lost that way leaves its blocked
+// goroutines behind.
+//
 // # Concurrency
 //
 // A Consumer is safe for concurrent use; Run may be called once at a time.

@@ -9,27 +9,43 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/acemq/msgaudit/receiver"
 )
 
-// TestStuckAckDoesNotHangRun reproduces go-stomp v3.1.3's deadlock on a
-// lost connection and shows that Run still returns. A fake broker
-// delivers messages whose ack headers are 64 KiB each and then reads
-// nothing more: the ACKs fill the socket, go-stomp's connection loop
-// blocks writing, its write queue fills, and one ACK blocks on that queue
-// while holding the connection's lock. The broker then closes the
-// connection: the loop's write fails and the loop exits into its deferred
-// MustDisconnect, which waits for that lock for good, and so do the
-// blocked ACKs. Run must reconnect, and after its ctx is cancelled return
-// within ShutdownTimeout plus the bound it gives workers stuck in go-stomp,
-// saying how many it abandoned.
+// TestStuckAckDoesNotHangRun: ACKs blocked in go-stomp v3.1.3 for good
+// do not keep Run from returning. A fake broker delivers messages whose
+// ack headers are 64 KiB each and then reads nothing more: the ACKs fill
+// the socket, go-stomp's connection loop blocks writing, its write queue
+// fills, and one ACK blocks on that queue while holding the connection's
+// lock, the others waiting for the lock.
+//
+//   - connection lost: the broker then closes the connection. The loop's
+//     write fails and the loop exits into its deferred MustDisconnect,
+//     which waits for that lock for good, and so do the blocked ACKs (the
+//     deadlock). Run must reconnect and, after its ctx is cancelled,
+//     return.
+//   - broker stalled: the connection stays open, and Run's ctx is
+//     cancelled while the ACKs are blocked; Run must return.
+//
+// Either way Run returns within ShutdownTimeout plus the bound it gives
+// workers stuck in go-stomp, saying how many it abandoned.
 func TestStuckAckDoesNotHangRun(t *testing.T) {
+	t.Run("connection lost", func(t *testing.T) { stuckAcks(t, true) })
+	t.Run("broker stalled", func(t *testing.T) { stuckAcks(t, false) })
+}
+
+func stuckAcks(t *testing.T, lose bool) {
 	const n = 200
+	const shutdown = 200 * time.Millisecond
 	ackValue := strings.Repeat("a", 64<<10)
 	cut := make(chan struct{})
+	var cutOnce sync.Once
+	closeConn := func() { cutOnce.Do(func() { close(cut) }) }
+	t.Cleanup(closeConn)
 	first := make(chan struct{}, 1)
 	first <- struct{}{}
 	addr, _ := fakeBroker(t, "CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00", func(c net.Conn, r *bufio.Reader) {
@@ -65,7 +81,7 @@ func TestStuckAckDoesNotHangRun(t *testing.T) {
 		Prefetch:         n,
 		Concurrency:      n,
 		MaxHeaderBytes:   256 << 10,
-		ShutdownTimeout:  time.Second,
+		ShutdownTimeout:  shutdown,
 		ReconnectBackoff: receiver.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond},
 		Subscriptions: []Subscription{{Destination: "/queue/stuck", Handler: func(ctx context.Context, m *receiver.Message) error {
 			started <- struct{}{}
@@ -92,10 +108,17 @@ func TestStuckAckDoesNotHangRun(t *testing.T) {
 	waitFor(t, 30*time.Second, "an ACK blocked on go-stomp's full write queue", func() bool {
 		return blockedIn("chan send", "go-stomp/stomp/v3.(*Conn).sendFrame") > 0
 	})
-	close(cut)
-	waitFor(t, 30*time.Second, "the reconnect", func() bool { return c.Stats().Connects == 2 })
+	if lose {
+		closeConn()
+		waitFor(t, 30*time.Second, "the reconnect", func() bool { return c.Stats().Connects == 2 })
+		// The reader that saw the connection end failed the session: that
+		// must not wait for go-stomp's lock either.
+		waitFor(t, 10*time.Second, "the lost session's fail to return", func() bool {
+			return blockedIn("", "stompconsumer.(*session).fail") == 0
+		})
+	}
 	cancel()
-	const bound = 8 * time.Second // ShutdownTimeout + stuckWait, and some
+	const bound = shutdown + stuckWait + 5*time.Second
 	select {
 	case err := <-done:
 		if err != nil {
