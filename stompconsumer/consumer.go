@@ -529,7 +529,7 @@ func (s *session) waitWorkers() int {
 	case <-s.giveUp:
 	}
 	if n, in := s.working.Load(), s.inStomp.Load(); n > in {
-		s.c.log.Warn("stompconsumer: waiting for handlers still running after their context was cancelled",
+		s.c.log.Warn("stompconsumer: still waiting for workers in a handler (its context cancelled) or a commit",
 			"generation", s.gen, "workers", n-in)
 	}
 	tick := time.NewTicker(stuckPoll)
