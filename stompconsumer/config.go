@@ -34,7 +34,8 @@ const (
 	// was consumed from.
 	HeaderOriginalDestination = "x-original-destination"
 	// HeaderRetryReason is the Result.Reason of the attempt a retry copy
-	// follows ("handler-error" or "panic").
+	// (made only with Config.CopySecret) follows ("handler-error" or
+	// "panic").
 	HeaderRetryReason = "x-retry-reason"
 	// HeaderBodyOmitted is "true" on the dead-letter record of a frame cut
 	// by the size limits: the record carries the frame's essential headers

@@ -135,29 +135,31 @@ type Config struct {
 
 	// KeyHeader names the header that carries the message key (a
 	// producer-set idempotency key), and that a frame cut by the size
-	// limits keeps on its dead-letter record. Default: "message-id".
+	// limits keeps on its dead-letter record. Default: "message-id", the
+	// broker's id (ActiveMQ replaces a message-id header a STOMP producer
+	// sends).
 	// Pipeline.KeyFunc, when set, derives the key from the Message
 	// instead. Either way a retry copy's key is the one it carries in
 	// x-original-key.
 	KeyHeader string
 
-	// CopySecret signs the copies the consumer makes (retry copies and
-	// dead-letter records): an HMAC-SHA256 of the key and attempt count
-	// they carry (x-original-key, x-attempts) and of their body. Those
-	// headers are honoured only on a delivery whose signature verifies;
-	// on any other they are removed and the delivery is keyed by its own
-	// id, its attempts counted from one, so a producer cannot give its
-	// message the key of another (which would then be taken as a
-	// duplicate and acknowledged unhandled) or skip attempts. Empty means
-	// a random secret per Consumer: a retry copy made before a restart,
-	// or by another consumer of the queue, is then handled as a new
-	// message under its own id, with its attempts counted from one, so
-	// MaxAttempts bounds a failing message's attempts on each consumer
-	// and not in total (Run logs this once). It is never applied twice
-	// for it: only a failed handler's delivery, whose effect was rolled
-	// back, is copied. Set the same secret (at least 16 bytes; 32 random
-	// bytes recommended) on every consumer of a queue, kept across
-	// restarts, so that their copies keep their keys and attempt counts.
-	// It is never logged or printed.
+	// CopySecret turns on retry copies. Without it (the default) a failed
+	// handler is retried in place: the same delivery, left unacknowledged
+	// on its connection, runs again after the backoff, and a lost
+	// connection or a crash brings the original back from the broker. With
+	// it, a failed handler's queue delivery is retried as a copy sent to
+	// the back of its queue, committed with the ACK of the original,
+	// carrying the key and attempt count (x-original-key, x-attempts) and
+	// an HMAC-SHA256 of them and of the body under this secret. Those
+	// headers are honoured only on a delivery whose signature verifies; on
+	// any other they are removed and the delivery is keyed by its own id,
+	// its attempts counted from one, so a producer cannot give its message
+	// the key of another (which would then be taken as a duplicate and
+	// acknowledged unhandled) or skip attempts. Set the same CopySecret on
+	// every consumer of these queues, kept across restarts: a consumer
+	// that cannot verify a copy takes it as a new message and can apply
+	// the message twice. At least 16 bytes; 32 random bytes recommended.
+	// Dead-letter copies are signed in both modes (without it, with a
+	// random secret of the Consumer's own). It is never logged or printed.
 	CopySecret []byte
 }

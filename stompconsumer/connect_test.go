@@ -1,11 +1,14 @@
 package stompconsumer
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"net"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,6 +73,7 @@ func TestRetryCommitLost(t *testing.T) {
 	var failed atomic.Bool
 	c, err := New(Config{
 		Addresses:             []string{px.Addr()},
+		CopySecret:            []byte("commit-lost test copy secret"), // retries are copies
 		DeadLetterDestination: noDeadLetters(t, addr),
 		// go-stomp waits for a COMMIT's receipt for the heart-beat
 		// interval less 5s: 1s here.
@@ -207,5 +211,129 @@ func TestConnectRotates(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// comingBroker listens on loopback until the test ends. While up is false
+// it closes every connection at once, before CONNECTED, like a port that
+// refuses; once up is set it answers CONNECT, takes SUBSCRIBE and answers
+// every receipt, so a consumer connects and stops cleanly. It counts the
+// connections refused and served.
+type comingBroker struct {
+	addr            string
+	up              atomic.Bool
+	refused, served atomic.Int64
+}
+
+func newComingBroker(t *testing.T) *comingBroker {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	b := &comingBroker{addr: ln.Addr().String()}
+	receipt := regexp.MustCompile(`(?m)^receipt:([^\r\n]*)`)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !b.up.Load() {
+				b.refused.Add(1)
+				c.Close()
+				continue
+			}
+			b.served.Add(1)
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				if _, err := r.ReadBytes(0); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00"))
+				for {
+					f, err := r.ReadBytes(0)
+					if err != nil {
+						return
+					}
+					if m := receipt.FindSubmatch(f); m != nil {
+						_, _ = c.Write([]byte("RECEIPT\nreceipt-id:" + string(m[1]) + "\n\n\x00"))
+					}
+				}
+			}()
+		}
+	}()
+	return b
+}
+
+// TestConnectForeverByDefault: with ConnectRetries unset the consumer
+// keeps trying while the broker refuses (here 200 attempts over at least
+// 2 s, far past any bound), then connects once the broker appears.
+func TestConnectForeverByDefault(t *testing.T) {
+	t.Parallel()
+	b := newComingBroker(t)
+	c, err := New(Config{
+		Addresses:        []string{b.addr},
+		Heartbeat:        -1,
+		ReconnectBackoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		Subscriptions:    []Subscription{{Destination: "/queue/x", Handler: nopHandler}},
+		Pipeline:         receiver.Config{MemoryOnly: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	start := time.Now()
+	for c.Stats().ConnectErrors < 200 || time.Since(start) < 2*time.Second {
+		select {
+		case err := <-done:
+			t.Fatalf("Run = %v after %d failed attempts while the broker refused; want it to keep trying", err, c.Stats().ConnectErrors)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("only %d failed attempts in 30s", c.Stats().ConnectErrors)
+		}
+	}
+	b.up.Store(true)
+	if !eventually(10*time.Second, func() bool { return c.Stats().Connects == 1 }) {
+		t.Fatalf("not connected 10s after the broker appeared: stats %+v", c.Stats())
+	}
+	cancel()
+	if err, _ := recv(t, done, 30*time.Second, "Run to return"); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if s := c.Stats(); s.ConnectErrors != uint64(b.refused.Load()) || b.served.Load() != 1 {
+		t.Errorf("stats %+v; broker refused %d, served %d: want every refusal counted and one connection", s, b.refused.Load(), b.served.Load())
+	}
+}
+
+// TestConnectRetriesBound: ConnectRetries n gives up after exactly n+1
+// attempts, with ErrConnect saying so.
+func TestConnectRetriesBound(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 3} {
+		b := newComingBroker(t)
+		c, err := New(Config{
+			Addresses:        []string{b.addr},
+			ConnectRetries:   n,
+			ReconnectBackoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+			Subscriptions:    []Subscription{{Destination: "/queue/x", Handler: nopHandler}},
+			Pipeline:         receiver.Config{MemoryOnly: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = runFor(ctx, t, c)
+		cancel()
+		if !errors.Is(err, ErrConnect) || !strings.Contains(err.Error(), "after "+strconv.Itoa(n+1)+" attempts") {
+			t.Fatalf("ConnectRetries %d: Run = %v after %d refused attempts; want ErrConnect after %d attempts", n, err, b.refused.Load(), n+1)
+		}
+		if got := b.refused.Load(); got != int64(n+1) || c.Stats().ConnectErrors != uint64(n+1) {
+			t.Errorf("ConnectRetries %d: %d attempts reached the broker, %d counted; want %d", n, got, c.Stats().ConnectErrors, n+1)
+		}
 	}
 }

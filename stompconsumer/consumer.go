@@ -30,6 +30,7 @@ type Consumer struct {
 	log     *slog.Logger
 	red     redact.Redactor
 	sig     *copysig.Signer // signs the copies this consumer makes
+	copies  bool            // CopySecret set: a failed handler's delivery is retried as a copy
 	subs    []Subscription
 	gates   []*admission.Gate // per subscription: its Concurrency, over every session
 	running atomic.Bool
@@ -136,7 +137,7 @@ func New(cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: CopySecret: %w", ErrConfig, err)
 	}
-	c := &Consumer{cfg: cfg, log: log, red: red, sig: sig, subs: subs}
+	c := &Consumer{cfg: cfg, log: log, red: red, sig: sig, copies: len(cfg.CopySecret) > 0, subs: subs}
 	p := cfg.Pipeline
 	p.Handlers, p.LaneBound = 0, 0
 	for _, s := range subs {
@@ -192,8 +193,10 @@ func inFlight(n, concurrency, prefetch int) (int, error) {
 func (c *Consumer) logGuarantee() {
 	c.guaranteeOnce.Do(func() {
 		consumerkit.LogGuarantee(c.log, "stompconsumer", c.cfg.Pipeline)
-		if len(c.cfg.CopySecret) == 0 {
-			c.log.Info("stompconsumer: no Config.CopySecret: retry copies are signed with a secret of this process only, so a copy another consumer or a restarted one takes counts its attempts from one; set the same CopySecret on every consumer of these queues for MaxAttempts to hold across them")
+		if c.copies {
+			c.log.Info("stompconsumer: retries: a failed handler's queue delivery is retried as a signed copy sent to the back of its queue; every consumer of these queues must share this CopySecret")
+		} else {
+			c.log.Info("stompconsumer: retries: in place (no Config.CopySecret): a failed delivery is handled again on the same delivery, unacknowledged, after the backoff")
 		}
 	})
 }
@@ -228,7 +231,10 @@ func (c *Consumer) Stats() receiver.TransportStats { return c.st.Stats(c.gen.Loa
 // Run connects, subscribes and consumes until ctx is cancelled, then stops
 // gracefully and returns nil: it stops dispatching, lets in-flight
 // handlers finish (for at most ShutdownTimeout, after which their context
-// is cancelled), acknowledges them and disconnects.
+// is cancelled), acknowledges them and disconnects. A worker whose
+// acknowledgement is still blocked in the STOMP client a few seconds
+// after that (its connection gone, or a broker that stopped reading) is
+// abandoned, with a log line, and its delivery stays unacknowledged.
 // Deliveries received but not started are not acknowledged; the broker
 // sends them again.
 //
@@ -255,8 +261,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 	})
 	defer stopGrace()
 
+	// Workers blocked in a go-stomp call are abandoned once giveUp is
+	// closed: ShutdownTimeout plus stuckWait after ctx ends or Run returns,
+	// whichever comes first (see session.waitWorkers).
+	giveUp := make(chan struct{})
+	startGiveUp := sync.OnceFunc(func() {
+		time.AfterFunc(c.cfg.ShutdownTimeout+stuckWait, func() { close(giveUp) })
+	})
+	defer context.AfterFunc(ctx, startGiveUp)()
+
 	var old sync.WaitGroup // workers of lost connections still finishing
-	defer old.Wait()
+	defer func() {
+		startGiveUp() // when Run returns an error before ctx ends
+		old.Wait()
+	}()
 
 	retries := c.cfg.ConnectRetries
 	if retries <= 0 {
@@ -271,7 +289,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	short := 0 // consecutive sessions that broke at once
 	for {
-		s := c.newSession(cn, hctx)
+		s := c.newSession(cn, hctx, giveUp)
 		lost := s.run(ctx)
 		if lost == nil {
 			return nil
@@ -366,24 +384,28 @@ type delivery struct {
 
 // session is one connection and its subscriptions (one generation).
 type session struct {
-	c     *Consumer
-	gen   uint64
-	cn    *conn
-	hctx  context.Context // handlers' context (outlives Run's ctx by ShutdownTimeout)
-	mu    sync.Mutex      // guards subs against fail running while run subscribes
-	subs  []*subRun
-	start time.Time
-	recvd atomic.Uint64 // deliveries received
-	lost  chan struct{} // closed when the connection is lost
-	stop  chan struct{} // closed when a graceful stop begins
-	quit  chan struct{} // closed when either happens: deliveries claimed ahead are abandoned
-	quitO sync.Once
-	once  sync.Once
-	err   error
-	dead  atomic.Bool
-	wk    sync.WaitGroup // workers
-	rd    sync.WaitGroup // readers
-	stopO sync.Once
+	c      *Consumer
+	gen    uint64
+	cn     *conn
+	hctx   context.Context // handlers' context (outlives Run's ctx by ShutdownTimeout)
+	giveUp <-chan struct{} // closed when workers blocked in go-stomp are abandoned
+	mu     sync.Mutex      // guards subs against fail running while run subscribes
+	subs   []*subRun
+	start  time.Time
+	recvd  atomic.Uint64 // deliveries received
+	lost   chan struct{} // closed when the connection is lost
+	stop   chan struct{} // closed when a graceful stop begins
+	quit   chan struct{} // closed when either happens: deliveries claimed ahead are abandoned
+	quitO  sync.Once
+	once   sync.Once
+	err    error
+	dead   atomic.Bool
+	wk     sync.WaitGroup // workers
+	rd     sync.WaitGroup // readers
+	stopO  sync.Once
+	// working counts the workers that have not returned, inStomp those of
+	// them in a go-stomp call that can block for good (see waitWorkers).
+	working, inStomp atomic.Int32
 }
 
 // subRun is one subscription on one session.
@@ -396,8 +418,8 @@ type subRun struct {
 	ctx   context.Context // the handlers' context, with the subscription's gate and the session's quit
 }
 
-func (c *Consumer) newSession(cn *conn, hctx context.Context) *session {
-	return &session{c: c, gen: c.gen.Add(1), cn: cn, hctx: hctx, start: time.Now(),
+func (c *Consumer) newSession(cn *conn, hctx context.Context, giveUp <-chan struct{}) *session {
+	return &session{c: c, gen: c.gen.Add(1), cn: cn, hctx: hctx, giveUp: giveUp, start: time.Now(),
 		lost: make(chan struct{}), stop: make(chan struct{}), quit: make(chan struct{})}
 }
 
@@ -437,6 +459,7 @@ func (s *session) run(ctx context.Context) error {
 		// lets Concurrency of them run their handlers.
 		for range cfg.InFlight {
 			s.wk.Add(1)
+			s.working.Add(1)
 			go sr.work()
 		}
 	}
@@ -462,18 +485,79 @@ func (s *session) fail(err error) {
 		s.mu.Unlock()
 		close(s.lost)
 		s.halt()
-		_ = s.cn.stomp.MustDisconnect()
+		// The socket first: it ends go-stomp's reads and writes. go-stomp
+		// v3.1.3's MustDisconnect takes the connection's lock, which a send
+		// blocked on its full write queue holds; once the connection's
+		// loop has exited (into its own deferred MustDisconnect, which
+		// waits the same way) nothing empties that queue, and the lock is
+		// never released. So MustDisconnect runs on a goroutine of its
+		// own and fail never waits for it: that goroutine may stay blocked
+		// for good, at most one per lost connection.
 		_ = s.cn.net.Close()
+		go func() { _ = s.cn.stomp.MustDisconnect() }()
 	})
 }
 
 // finish waits for a lost session's workers (their handlers complete and
-// settle with the pipeline; nothing is acknowledged) and, briefly, its
-// readers.
+// settle with the pipeline; nothing is acknowledged; those stuck in
+// go-stomp only until giveUp) and, briefly, its readers.
 func (s *session) finish() {
-	s.wk.Wait()
+	s.waitWorkers()
 	waitTimeout(&s.rd, readerWait)
 }
+
+// stuckWait is how long past ShutdownTimeout (when the handlers' context
+// is cancelled) a worker blocked in a go-stomp call is waited for.
+const stuckWait = 3 * time.Second
+
+// waitWorkers waits for the session's workers to return. Once giveUp is
+// closed it stops waiting for those blocked in a go-stomp call: go-stomp
+// v3.1.3 puts a frame on its connection's write queue without a bound
+// while holding the connection's lock, so a broker that stopped reading
+// blocks the call, and once the connection's loop has exited nothing
+// empties the queue and the call never returns. Such workers are
+// abandoned, with one log line: each has settled its delivery with the
+// pipeline, and the delivery stays unacknowledged. A worker in a handler
+// (whose context is cancelled by then) is still waited for. It returns
+// how many workers it abandoned.
+func (s *session) waitWorkers() int {
+	done := make(chan struct{})
+	go func() { s.wk.Wait(); close(done) }()
+	select {
+	case <-done:
+		return 0
+	case <-s.giveUp:
+	}
+	if n, in := s.working.Load(), s.inStomp.Load(); n > in {
+		s.c.log.Warn("stompconsumer: still waiting for workers in a handler (its context cancelled) or a commit",
+			"generation", s.gen, "workers", n-in)
+	}
+	tick := time.NewTicker(stuckPoll)
+	defer tick.Stop()
+	for {
+		// working first: a worker enters and leaves go-stomp while it is
+		// counted as working, so equal counts mean that every worker left
+		// was in a go-stomp call.
+		if n := s.working.Load(); n > 0 && n == s.inStomp.Load() {
+			s.c.log.Error("stompconsumer: abandoning workers stuck in a go-stomp call; their deliveries stay unacknowledged",
+				"generation", s.gen, "workers", n)
+			return int(n)
+		}
+		select {
+		case <-done:
+			return 0
+		case <-tick.C:
+		}
+	}
+}
+
+// stuckPoll is how often waitWorkers looks again, past giveUp, whether
+// only workers blocked in go-stomp are left.
+const stuckPoll = 100 * time.Millisecond
+
+// disconnectWait bounds the DISCONNECT, whose receipt go-stomp waits for
+// receiptTimeout: its frame goes on the write queue without a bound.
+const disconnectWait = receiptTimeout + time.Second
 
 // readerWait bounds the wait for a subscription reader to see its channel
 // closed. go-stomp v3.1.3 can leave a subscription channel open when its
@@ -504,23 +588,42 @@ func (s *session) shutdown() {
 		s.c.st.Dropped.Add(uint64(sr.q.close()))
 	}
 	s.mu.Unlock()
-	s.wk.Wait()
-	if !s.dead.Load() {
+	stuck := s.waitWorkers()
+	if !s.dead.Load() && stuck == 0 {
 		// No UNSUBSCRIBE first: ActiveMQ silently ignores an ACK sent after
 		// UNSUBSCRIBE, so it could only come after the in-flight
 		// deliveries were settled (above), where DISCONNECT ends the
 		// subscriptions just the same. (go-stomp v3.1.3's Unsubscribe can
 		// also miss its receipt's wake-up and stall for its timeout.) The
 		// DISCONNECT receipt confirms that the broker processed every ACK
-		// and transaction sent before it.
-		if err := s.cn.stomp.Disconnect(); err != nil {
-			s.c.log.Warn("stompconsumer: disconnect failed", "err", s.c.red.Error(err))
-		}
+		// and transaction sent before it. A worker stuck in go-stomp holds
+		// the lock Disconnect takes: then the socket is just closed.
+		s.disconnect()
 	}
 	s.dead.Store(true)
 	_ = s.cn.net.Close()
 	waitTimeout(&s.rd, readerWait)
 	s.c.log.Info("stompconsumer: stopped", "generation", s.gen)
+}
+
+// disconnect sends DISCONNECT and waits for its receipt, for at most
+// disconnectWait; past it the caller closes the socket, and the call,
+// blocked on go-stomp's full write queue (a broker that stopped reading),
+// is abandoned: its goroutine may stay blocked for good, at most one per
+// connection.
+func (s *session) disconnect() {
+	done := make(chan error, 1)
+	go func() { done <- s.cn.stomp.Disconnect() }()
+	t := time.NewTimer(disconnectWait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			s.c.log.Warn("stompconsumer: disconnect failed", "err", s.c.red.Error(err))
+		}
+	case <-t.C:
+		s.c.log.Warn("stompconsumer: disconnect did not return; closing the connection", "after", disconnectWait)
+	}
 }
 
 // read moves deliveries from go-stomp to the queue, never blocking.
@@ -556,6 +659,7 @@ func (sr *subRun) read() {
 // work runs deliveries through the pipeline, one at a time.
 func (sr *subRun) work() {
 	defer sr.s.wk.Done()
+	defer sr.s.working.Add(-1)
 	for {
 		d, ok := sr.q.pop()
 		if !ok {
@@ -596,16 +700,23 @@ func (sr *subRun) handle(d *delivery) {
 			s.deadLetter(d, m, res)
 			return
 		default: // Requeue (and anything unknown: never acknowledge the unknown)
-			// In place, not as a copy: a topic (a copy would reach every
+			// In place, not as a copy: everything without a CopySecret
+			// (a copy that another consumer, or this one after a
+			// restart, cannot authenticate is a new message to it, with
+			// the default key keyed by its own message-id, and applies
+			// the message again once a producer's duplicate of it was
+			// applied elsewhere); a topic (a copy would reach every
 			// subscriber); a delivery whose handler succeeded but whose
 			// confirm failed (its effect may be committed); and a
 			// delivery deferred without running (its key in flight
 			// elsewhere, or the store down), since the other delivery of
-			// its key may complete, and a copy that another consumer or a
-			// restarted one cannot authenticate would be keyed by its own
-			// id and applied again. Only a handler's failure, whose effect
-			// was rolled back, becomes a copy.
-			retryInPlace := sr.topic || res.Reason == confirmError || !res.Ran
+			// its key may complete. Only a handler's failure, whose
+			// effect was rolled back, becomes a copy, and only with a
+			// CopySecret. In place, the delivery stays unacknowledged on
+			// this connection and the receiver counts its attempts, so
+			// MaxAttempts holds; a lost connection or a crash brings the
+			// original back from the broker with its own message-id.
+			retryInPlace := !c.copies || sr.topic || res.Reason == confirmError || !res.Ran
 			delay := res.RetryAfter
 			if !res.Ran {
 				// Outcome unknown (in flight elsewhere, store down): back
@@ -661,7 +772,10 @@ func (s *session) settle(d *delivery, send func() error) error {
 		s.c.st.StaleAcks.Add(1)
 		return nil
 	}
-	if err := send(); err != nil {
+	s.inStomp.Add(1)
+	err := send()
+	s.inStomp.Add(-1)
+	if err != nil {
 		s.c.st.AckErrors.Add(1)
 		s.fail(fmt.Errorf("acknowledge: %w", err))
 		return err
@@ -674,7 +788,8 @@ func (s *session) settle(d *delivery, send func() error) error {
 const confirmError = "confirm-error"
 
 // requeue sends a retry copy of d, whose handler failed, to its
-// destination and acknowledges d in one transaction.
+// destination and acknowledges d in one transaction (only with a
+// CopySecret, see handle).
 func (s *session) requeue(d *delivery, m *receiver.Message, res receiver.Result) {
 	h := copyHeaders(d.msg.Header)
 	h[copyhdr.OriginalKey] = m.IdempotencyKey()
@@ -789,6 +904,7 @@ func (s *session) commitCopy(d *delivery, dest string, h map[string]string, ack 
 		// Keep a text message a text message on ActiveMQ.
 		opts = append(opts, stomp.SendOpt.NoContentLength)
 	}
+	s.inStomp.Add(1) // these three can block for good, like settle's
 	tx, err := s.cn.stomp.BeginWithError()
 	if err == nil {
 		err = tx.Send(dest, d.msg.ContentType, d.msg.Body, opts...)
@@ -796,6 +912,7 @@ func (s *session) commitCopy(d *delivery, dest string, h map[string]string, ack 
 	if err == nil && ack {
 		err = tx.Ack(d.msg)
 	}
+	s.inStomp.Add(-1)
 	if err == nil {
 		err = s.commitWithin(tx)
 	}

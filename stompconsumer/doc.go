@@ -36,7 +36,7 @@
 //
 // Subscriptions use ack:client-individual with activemq.prefetchSize =
 // Config.Prefetch. For each delivery, receiver.Process decides: Ack →
-// the consumer sends ACK after the store confirmed; Requeue → a retry copy
+// the consumer sends ACK after the store confirmed; Requeue → a retry
 // (below); DeadLetter → a dead-letter copy. A delivery whose original is
 // still in flight (here or on another consumer holding the store claim) is
 // never acknowledged while that outcome is unknown. Each ACK names one
@@ -69,32 +69,51 @@
 // On ActiveMQ a STOMP NACK is not a retry: it is a poison ack. A
 // persistent message goes straight to ActiveMQ.DLQ on the first NACK and a
 // non-persistent one is discarded. Redelivery only happens when the
-// connection or the subscription ends, and leaving a failed delivery
-// unacknowledged would hold a prefetch slot until then. So a failed
-// delivery on a queue is retried like this, after Result.RetryAfter
-// (Config.Pipeline.Backoff): in ONE STOMP transaction the consumer SENDs a
-// persistent copy to the same destination, carrying
-// x-original-key (the original's key) and x-attempts (the attempts
-// made), and ACKs the
-// original; then COMMITs and waits for the receipt. ActiveMQ commits a
-// SEND and an ACK of one transaction together, so exactly one live
-// instance of the message exists at every moment: if the commit's outcome
-// is unknown because the connection broke, either the copy is queued and
-// the original gone, or the original comes back and no copy exists. The
-// copy is keyed by the key it carries, so the pipeline treats it as the
-// same message (its audit bit was rolled back and its claim released when
-// the attempt failed). After Config.Pipeline.MaxAttempts the message is
-// dead-lettered the same way: a copy to Config.DeadLetterDestination with
-// x-dead-letter-reason (Result.Reason), x-attempts and
-// HeaderOriginalDestination, committed with the ACK of the original. Only
-// a failed handler's delivery, whose effect was rolled back, is copied. A
-// delivery whose outcome is unknown (its key in flight here or on another
-// consumer, or the store unable to answer) and one whose handler succeeded
-// but whose confirm failed (its effect may have committed) are retried in
-// place after a backoff, keeping their own identity: a copy that another
-// consumer, or this one after a restart, could not authenticate would be
-// keyed by its own id and could be applied again once the other delivery
-// of its key completes.
+// connection or the subscription ends. So a failed delivery is retried in
+// one of two ways, after Result.RetryAfter (Config.Pipeline.Backoff):
+//
+//   - In place, the default (no Config.CopySecret): the worker that holds
+//     the delivery waits the backoff and runs it through the pipeline
+//     again. The delivery stays unacknowledged on its connection, so it
+//     keeps its prefetch slot and its worker meanwhile; the pipeline counts
+//     its attempts (receiver.Config.MaxAttempts holds: after MaxAttempts
+//     handler runs it is dead-lettered; Stats.LocalRetries counts these
+//     retries). If the connection is lost or the process ends meanwhile,
+//     the broker sends the original again, with its own message-id; its
+//     attempts count on in this Consumer, and from one on another consumer
+//     or after a restart.
+//   - As a copy, only with Config.CopySecret set, the same on every
+//     consumer of these queues: in ONE STOMP transaction the consumer
+//     SENDs a persistent copy to the back of the same destination, carrying
+//     x-original-key (the original's key) and x-attempts (the attempts
+//     made), signed (below), and ACKs the original; then COMMITs and waits
+//     for the receipt. ActiveMQ commits a SEND and an ACK of one
+//     transaction together, so exactly one live instance of the message
+//     exists at every moment: if the commit's outcome is unknown because
+//     the connection broke, either the copy is queued and the original
+//     gone, or the original comes back and no copy exists. The copy is
+//     keyed by the key it carries, so every consumer sharing the secret
+//     treats it as the same message (its audit bit was rolled back and its
+//     claim released when the attempt failed), and its attempts count on
+//     from x-attempts (Stats.RetriesSent counts the copies). Only a failed
+//     handler's delivery, whose effect was rolled back, is copied.
+//
+// Without a shared secret, copies would be unsafe: a consumer that cannot
+// verify a copy's signature (another process, or this one after a
+// restart) takes it as a new message. With the default key, the
+// message-id, it is keyed by the copy's own id, so once another delivery
+// of the original's id (a producer's resend under the same id) has been
+// applied, the copy applies the message again. So the default never makes
+// one.
+//
+// Whatever the mode, a delivery whose outcome is unknown (its key in
+// flight here or on another consumer, or the store unable to answer) and
+// one whose handler succeeded but whose confirm failed (its effect may have
+// committed) are retried in place after a backoff, keeping their own
+// identity. After MaxAttempts the message is dead-lettered: a copy to
+// Config.DeadLetterDestination with x-dead-letter-reason (Result.Reason),
+// x-attempts and HeaderOriginalDestination, committed with the ACK of the
+// original in one transaction, in both modes.
 //
 // # Signed copies
 //
@@ -102,24 +121,16 @@
 // honours them only on its own copies: each copy it makes (retry, dead
 // letter, cut record) carries an HMAC-SHA256, in the header
 // x-copy-signature, of the key and attempts it carries and of a SHA-256 of
-// its body, under Config.CopySecret. On a delivery whose signature does not
-// verify, those headers are removed before the pipeline and key functions
-// see it: it is keyed by its own id and its attempts count from one. So a
-// producer cannot give its message another message's key (which would
-// make that message a "duplicate", acknowledged unhandled), nor make its
-// message dead-letter after one failure, and a signature moved onto
-// another body is worthless.
-//
-// Without Config.CopySecret each Consumer signs with a random secret of
-// its own: a copy made before a restart, or by another consumer of the
-// queue, is handled as a new message under its own id. A retry or dead
-// letter is made only when its delivery's handler failed or did not run,
-// so that copy does not repeat an effect of its own; but a copy handed
-// back because another delivery of its key was in flight, or because the
-// store could not answer, is a second instance of a message that may
-// complete elsewhere, and handled as new it applies that message again.
-// Consumers of one queue that need that never to happen (a durable Store
-// or an Inbox) should share one CopySecret, kept across restarts.
+// its body, under Config.CopySecret (without one, under a random secret of
+// the Consumer's own, which only dead letters and cut records use). On a
+// delivery whose signature does not verify, those headers are removed
+// before the pipeline and key functions see it: it is keyed by its own id
+// and its attempts count from one. So a producer cannot give its message
+// another message's key (which would make that message a "duplicate",
+// acknowledged unhandled), nor make its message dead-letter after one
+// failure, and a signature moved onto another body is worthless. Nor can
+// a STOMP producer choose the message-id the default key is: ActiveMQ
+// replaces a message-id header on SEND with its own.
 //
 // Topic messages cannot be copied back to their destination (every
 // subscriber would receive the copy), so a topic delivery is retried in
@@ -195,6 +206,15 @@
 // UNSUBSCRIBE, so the subscriptions are ended by the DISCONNECT, after the
 // last ACK, not by an UNSUBSCRIBE before it. Deliveries received but not
 // started are not acknowledged; the broker sends them again.
+//
+// go-stomp v3.1.3 queues a frame while holding its connection's lock and
+// without a bound, so a broker that stops reading blocks an ACK, and
+// blocks it for good once the connection is gone. A worker still blocked
+// so ShutdownTimeout plus 3 s after Run's context ends (on the connection
+// Run stops with, or on one lost earlier) is abandoned with an error log
+// line that says how many, and Run returns; its delivery stays
+// unacknowledged. Each connection lost that way leaves its blocked
+// goroutines behind.
 //
 // # Concurrency
 //

@@ -10,8 +10,9 @@ import (
 
 // TestFaultsExactlyOnce is the main proof against real ActiveMQ: 5,000
 // persistent messages, 10% handler failures (retried through resent
-// copies), three connection cuts mid-delivery through a TCP proxy and one
-// consumer restart (a new Consumer sharing the durable store). Every
+// copies, signed with a CopySecret both consumers share), three connection
+// cuts mid-delivery through a TCP proxy and one consumer restart (a new
+// Consumer sharing the durable store and the CopySecret). Every
 // message must be applied exactly once, none lost, the queue and both
 // DLQs empty at the end.
 func TestFaultsExactlyOnce(t *testing.T) {
@@ -34,6 +35,7 @@ func TestFaultsExactlyOnce(t *testing.T) {
 	newConsumer := func() *Consumer {
 		c, err := New(Config{
 			Addresses:             []string{px.Addr()},
+			CopySecret:            []byte("faults test copy secret, shared"),
 			Subscriptions:         []Subscription{{Destination: q, Handler: l.handler(0.10, 0)}},
 			Prefetch:              50,
 			Concurrency:           4,

@@ -19,7 +19,7 @@ var errInjected = errors.New("handler failure injected by the test")
 
 // TestInboxExactlyOnce runs the transactional inbox (SQLite) against
 // ActiveMQ: 600 persistent messages, 10% first-attempt handler failures
-// (retried through resent copies), three connection cuts through a TCP proxy
+// (retried in place, the default), three connection cuts through a TCP proxy
 // while handlers run, the last one followed by a consumer restart on a new
 // database handle. Every message's effect is committed exactly once, none
 // lost, the queue and the dead-letter destination empty at the end.
@@ -118,6 +118,9 @@ func TestInboxExactlyOnce(t *testing.T) {
 	}
 	if fails.Load() == 0 {
 		t.Error("no handler failure was injected: the retry path was not exercised")
+	}
+	if sent := c1.Stats().RetriesSent + c2.Stats().RetriesSent; sent != 0 {
+		t.Errorf("%d retry copies sent without a CopySecret; want retries in place", sent)
 	}
 	if left := drain(t, addr, q, 500*time.Millisecond); len(left) != 0 {
 		t.Errorf("queue not empty: %d left", len(left))

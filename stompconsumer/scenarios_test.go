@@ -289,49 +289,66 @@ func TestDeadLetterPaths(t *testing.T) {
 
 // TestHandlerPanics: a handler that panics on the first attempt of every
 // message never takes the consumer down; every message is retried and
-// applied once.
+// applied once: in place by default, through a copy with a CopySecret.
 func TestHandlerPanics(t *testing.T) {
-	addr := stompAddr(t)
-	q := "/queue/" + uniq("msgaudit.panic")
-	tag := uniq("tag")
-	const n = 100
-	produce(t, addr, q, tag, n, nil)
-	l := newLedger()
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	c, err := New(Config{
-		Addresses:             []string{addr},
-		Concurrency:           4,
-		DeadLetterDestination: noDeadLetters(t, addr),
-		Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
-			mu.Lock()
-			first := !seen[string(m.Body)]
-			seen[string(m.Body)] = true
-			mu.Unlock()
-			if first {
-				panic("handler bug on " + string(m.Body))
+	for _, copies := range []bool{false, true} {
+		name := "in place"
+		if copies {
+			name = "copies"
+		}
+		t.Run(name, func(t *testing.T) {
+			addr := stompAddr(t)
+			q := "/queue/" + uniq("msgaudit.panic")
+			tag := uniq("tag")
+			const n = 100
+			produce(t, addr, q, tag, n, nil)
+			l := newLedger()
+			var mu sync.Mutex
+			seen := map[string]bool{}
+			var secret []byte
+			if copies {
+				secret = []byte("handler-panics copy secret")
 			}
-			l.apply(string(m.Body))
-			return nil
-		}}},
-		Pipeline: receiver.Config{MemoryOnly: true, Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
+			c, err := New(Config{
+				Addresses:             []string{addr},
+				Concurrency:           4,
+				CopySecret:            secret,
+				DeadLetterDestination: noDeadLetters(t, addr),
+				Subscriptions: []Subscription{{Destination: q, Handler: func(ctx context.Context, m *receiver.Message) error {
+					mu.Lock()
+					first := !seen[string(m.Body)]
+					seen[string(m.Body)] = true
+					mu.Unlock()
+					if first {
+						panic("handler bug on " + string(m.Body))
+					}
+					l.apply(string(m.Body))
+					return nil
+				}}},
+				Pipeline: receiver.Config{MemoryOnly: true, Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := runConsumer(t, c)
+			waitFor(t, 30*time.Second, "all applied", func() bool { return l.count() >= n })
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			l.verify(t, n)
+			m, s := c.Metrics().Snapshot(), c.Stats()
+			wantCopies, wantInPlace := uint64(0), uint64(n)
+			if copies {
+				wantCopies, wantInPlace = n, 0
+			}
+			if m.Panics != n || s.RetriesSent != wantCopies || s.LocalRetries != wantInPlace {
+				t.Errorf("panics %d, retry copies %d, retries in place %d; want %d, %d, %d", m.Panics, s.RetriesSent, s.LocalRetries, n, wantCopies, wantInPlace)
+			}
+			if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
+				t.Errorf("queue not empty: %d", len(left))
+			}
+			checkBrokerDLQ(t, addr, q)
+		})
 	}
-	stop := runConsumer(t, c)
-	waitFor(t, 30*time.Second, "all applied", func() bool { return l.count() >= n })
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	l.verify(t, n)
-	m := c.Metrics().Snapshot()
-	if m.Panics != n || c.Stats().RetriesSent != n {
-		t.Errorf("panics %d, retry copies %d, want %d each", m.Panics, c.Stats().RetriesSent, n)
-	}
-	if left := drain(t, addr, q, 300*time.Millisecond); len(left) != 0 {
-		t.Errorf("queue not empty: %d", len(left))
-	}
-	checkBrokerDLQ(t, addr, q)
 }
 
 // flakyStore fails every call while down is set.
