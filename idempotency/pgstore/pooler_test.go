@@ -98,20 +98,19 @@ func TestPostgresPoolerDefaultModeFails(t *testing.T) {
 	// the most recently used idle one), so the store's next statement runs
 	// on another server connection, where its cached name was never
 	// prepared.
-	s, err := pgstore.Open(ctx, storetestkit.WithQuery(raw, "pool_max_conns=1&msgaudit_table="+table), pgstore.Options{})
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(func() { dropTable(t, raw, table) })
+	// Open itself can fail so: the server connection PgBouncer lends its
+	// migration may hold the same cached name, prepared by another client
+	// before.
+	s, failed := pgstore.Open(ctx, storetestkit.WithQuery(raw, "pool_max_conns=1&msgaudit_table="+table), pgstore.Options{})
+	if failed == nil {
+		t.Cleanup(func() { _ = s.Close() })
 	}
-	t.Cleanup(func() {
-		_ = s.Close()
-		dropTable(t, raw, table)
-	})
 	other, err := pgx.Connect(ctx, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close(ctx)
-	var failed error
 	for round := 0; round < 20 && failed == nil; round++ {
 		out, _, err := s.TryClaim(ctx, idempotency.Key{Namespace: "pooler", ID: storetestkit.Hex(8)})
 		if err == nil && out != idempotency.Claimed {

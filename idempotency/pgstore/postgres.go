@@ -480,7 +480,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	p.ownsPool = true
 	if err := p.migrate(ctx); err != nil {
 		pool.Close()
-		err = claimkit.CtxCause(ctx, err)
+		err = claimkit.CtxCause(ctx, pgpooler.Explain(err))
 		return nil, storeconn.RedactError(fmt.Errorf("idempotency: postgres %s: migrate: %w", red, err), rawURL)
 	}
 	p.startPurge()
