@@ -1,35 +1,16 @@
 package natsconsumer
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/acemq/msgaudit/internal/testkit/testwait"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The two halves of every secret the URL tests use, distinctive enough
 // that finding either in a printout means the secret leaked.
@@ -84,7 +65,7 @@ func TestURLEncodedSecretNeverShown(t *testing.T) {
 	for _, sep := range []string{"%2F", "%3F", "%23", "%2C", "%40", "%25"} {
 		for name, u := range secretURLs(sep) {
 			t.Run(fmt.Sprintf("%s %q", name, sep), func(t *testing.T) {
-				var logs syncBuffer
+				var logs logbuf.Buffer
 				cfg := validConfig()
 				cfg.URL = u
 				cfg.ConnectRetries = 1

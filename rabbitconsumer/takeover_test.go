@@ -1,37 +1,18 @@
 package rabbitconsumer
 
 import (
-	"bytes"
 	"context"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"github.com/acemq/msgaudit/receiver"
 	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
-
-// lockedBuffer is a log sink safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestStartDuringBrokerRestart: the consumer starts while the broker does
 // not answer (a restart) and the broker comes back 10s later, well past
@@ -49,7 +30,7 @@ func TestStartDuringBrokerRestart(t *testing.T) {
 	px := newProxy(t, b.hostPort(), nil)
 	px.SetDown(true)
 	u := b.via("amqp", px.Addr())
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	h := newCounting()
 	c, err := New(Config{
 		URL:      u,

@@ -1,9 +1,9 @@
 package receiver_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,24 +13,6 @@ import (
 	"github.com/acemq/msgaudit/connaudit"
 	"github.com/acemq/msgaudit/receiver"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes by a slog handler.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // churnWarnings decodes the JSON log lines and returns the producer-churn
 // warnings among them.
@@ -64,7 +46,7 @@ type churnRig struct {
 	r       *receiver.Receiver
 	a       receiver.Auditor
 	metrics *receiver.Metrics
-	logs    *syncBuffer
+	logs    *logbuf.Buffer
 	clock   *manualClock
 }
 
@@ -74,7 +56,7 @@ func newChurnRig(t *testing.T, interval time.Duration) *churnRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &churnRig{metrics: new(receiver.Metrics), logs: new(syncBuffer), clock: newClock()}
+	g := &churnRig{metrics: new(receiver.Metrics), logs: new(logbuf.Buffer), clock: newClock()}
 	log := slog.New(slog.NewJSONHandler(g.logs, nil))
 	// The adapter gets no logger and no metrics of its own: receiver.New
 	// must hand it the receiver's.
@@ -260,7 +242,7 @@ func TestProducerChurnConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := new(syncBuffer)
+	logs := new(logbuf.Buffer)
 	m := new(receiver.Metrics)
 	a := receiver.ConnAudit(ca)
 	receiver.SetChurnInterval(a, time.Microsecond)

@@ -3,6 +3,7 @@ package receiver_test
 import (
 	"context"
 	"errors"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"log/slog"
 	"strings"
 	"sync"
@@ -69,7 +70,7 @@ func TestInFlightGauge(t *testing.T) {
 // while it runs, with its key; a delivery that returns in time is not
 // logged; a negative SlowAfter is a configuration error.
 func TestSlowAfter(t *testing.T) {
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
 	r, err := receiver.New(receiver.Config{MemoryOnly: true, Logger: logger, SlowAfter: 30 * time.Millisecond})
 	if err != nil {

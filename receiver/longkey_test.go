@@ -1,15 +1,13 @@
 package receiver_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/acemq/msgaudit/connaudit"
@@ -28,30 +26,6 @@ func heapInUse() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
-}
-
-// lockedBuffer is a log sink safe for the receiver's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		out = append(out, sc.Text())
-	}
-	return out
 }
 
 // TestLongKeysBounded processes 200 deliveries with distinct 1 MiB keys,
@@ -94,7 +68,7 @@ func TestLongKeysBounded(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var logs lockedBuffer
+			var logs logbuf.Buffer
 			cfg := c.cfg(t)
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			cfg.Duplicates = receiver.DuplicateDeadLetter
@@ -125,7 +99,7 @@ func TestLongKeysBounded(t *testing.T) {
 			if after > before && after-before > heapBound {
 				t.Errorf("%d deliveries of %d-byte keys kept %d bytes of heap, bound %d", n+1, keyLen, after-before, heapBound)
 			}
-			lines := logs.lines()
+			lines := logs.Lines()
 			if c.want != receiver.Ack && len(lines) == 0 {
 				t.Fatal("nothing logged")
 			}
@@ -162,7 +136,7 @@ func TestLogKey(t *testing.T) {
 // other fields).
 func TestLogLinesBoundedOnHugeText(t *testing.T) {
 	const huge, lineBound = 1 << 20, 8 << 10
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	r, err := receiver.New(receiver.Config{MemoryOnly: true, MaxAttempts: 2, Duplicates: receiver.DuplicateDeadLetter,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
@@ -179,7 +153,7 @@ func TestLogLinesBoundedOnHugeText(t *testing.T) {
 		r.Process(context.Background(), &receiver.Message{Key: longKey(2, huge), Destination: dest}, ok)
 	}
 	r.Process(context.Background(), &receiver.Message{Destination: dest}, ok) // no key
-	lines := logs.lines()
+	lines := logs.Lines()
 	if len(lines) < 3 {
 		t.Fatalf("%d log lines, want the failure, the dead letter and the duplicate: %q", len(lines), lines)
 	}

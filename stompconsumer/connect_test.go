@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"net"
 	"regexp"
 	"strconv"
@@ -161,7 +162,7 @@ func TestConnectRotates(t *testing.T) {
 			produce(t, addr, q, tag, n, nil)
 			first := tt.first(t)
 			l := newLedger()
-			var logs syncBuffer
+			var logs logbuf.Buffer
 			c, err := New(Config{
 				Addresses:             []string{first, addr},
 				DeadLetterDestination: noDeadLetters(t, addr),

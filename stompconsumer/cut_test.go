@@ -3,6 +3,7 @@ package stompconsumer
 import (
 	"context"
 	"errors"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestCutWhileHandlerRuns(t *testing.T) {
 			started, release := make(chan struct{}), make(chan struct{})
 			var runs0 atomic.Int64
 			h := l.handler(0, 0)
-			var logs syncBuffer
+			var logs logbuf.Buffer
 			t.Cleanup(func() {
 				if t.Failed() {
 					t.Logf("the consumer's log:\n%s", logs.String())

@@ -11,13 +11,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,25 +25,7 @@ import (
 	"github.com/acemq/msgaudit/receiver"
 )
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func debugLogger(w *syncBuffer) *slog.Logger {
+func debugLogger(w *logbuf.Buffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
@@ -130,7 +112,7 @@ func TestRejectedFailsFast(t *testing.T) {
 	t.Parallel()
 	const pass = "Very-Secret-Pass-42"
 	srv := newRejectingServer(t, pass)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	c, err := New(Config{
 		Addresses: []string{srv.ln.Addr().String(), srv.ln.Addr().String()},
 		Login:     "admin",
@@ -174,7 +156,7 @@ func TestBrokerDownAtStart(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	const pass = "another-Secret-99"
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	c, err := New(Config{
 		Addresses:        []string{"tcp://u:" + pass + "@" + addr},
 		ConnectRetries:   2,
@@ -368,7 +350,7 @@ func TestLogin(t *testing.T) {
 		t.Fatalf("MSGAUDIT_STOMP_AUTH=%q is not user:password", "…")
 	}
 	t.Run("wrong", func(t *testing.T) {
-		var logs syncBuffer
+		var logs logbuf.Buffer
 		wrong := pass + "-wrong"
 		c, err := New(Config{
 			Addresses:     []string{addr},
@@ -478,7 +460,7 @@ func TestRefusedSubscribeBacksOff(t *testing.T) {
 		}
 		_, _ = c.Write([]byte("ERROR\nmessage:User admin is not authorized to read from: queue://x\n\n\x00"))
 	})
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	c, err := New(Config{
 		Addresses:        []string{addr},
 		Heartbeat:        -1,
@@ -518,7 +500,7 @@ func TestHeartbeatBeforeConnected(t *testing.T) {
 		}
 		_, _ = r.ReadBytes(0) // until the consumer disconnects
 	})
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	c, err := New(Config{
 		Addresses:     []string{addr},
 		Subscriptions: []Subscription{{Destination: "/queue/x", Handler: nopHandler}},

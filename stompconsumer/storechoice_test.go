@@ -3,6 +3,7 @@ package stompconsumer
 import (
 	"context"
 	"errors"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"net"
 	"strings"
 	"testing"
@@ -78,7 +79,7 @@ func TestGuaranteeLogged(t *testing.T) {
 		{"durable", mem, false, "level=INFO msg=\"stompconsumer: durable duplicate detection: finished work is recognised across restarts"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs logbuf.Buffer
 			c, err := New(Config{
 				Addresses:      []string{addr},
 				ConnectRetries: 1,

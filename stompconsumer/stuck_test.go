@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"log/slog"
 	"net"
 	"runtime"
@@ -74,7 +75,7 @@ func stuckAcks(t *testing.T, lose bool) {
 
 	started := make(chan struct{}, n)
 	release := make(chan struct{})
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	c, err := New(Config{
 		Addresses:        []string{addr},
 		Heartbeat:        -1,

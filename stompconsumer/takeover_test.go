@@ -2,6 +2,7 @@ package stompconsumer
 
 import (
 	"context"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"github.com/acemq/msgaudit/receiver"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func TestStartDuringTakeover(t *testing.T) {
 	px.SetDown(true)
 	const pass = "takeover-Secret-31"
 	l := newLedger()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	c, err := New(Config{
 		Addresses:             []string{px.Addr()},
 		Login:                 "msgaudit",

@@ -1,12 +1,11 @@
 package purgeloop_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +24,7 @@ func TestLoopRunsLogsAndStops(t *testing.T) {
 		calls    atomic.Int64
 		inside   = make(chan struct{})
 		returned atomic.Bool
-		logs     syncBuffer
+		logs     logbuf.Buffer
 	)
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	l := purgeloop.Start(time.Millisecond, "test", log, func(ctx context.Context) (int64, error) {
@@ -85,24 +84,6 @@ func TestCounters(t *testing.T) {
 	if runs != 3 || rows != 12 || errs != 1 || busy != 3*time.Second {
 		t.Fatalf("Load = %d runs, %d rows, %d errors, %v; want 3, 12, 1, 3s", runs, rows, errs, busy)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the loop's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestBatches: Batches runs batches until a short one, waits after each

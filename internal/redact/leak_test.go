@@ -3,10 +3,10 @@ package redact_test
 import (
 	"context"
 	"fmt"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -95,24 +95,6 @@ func errorTexts(err error) []string {
 	return out
 }
 
-// logSink collects log lines of any goroutine.
-type logSink struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logSink) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logSink) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // closed is an address where nothing listens: connections are refused.
 const closed = "127.0.0.1:1"
 
@@ -162,7 +144,7 @@ func TestPasswordNeverLeaks(t *testing.T) {
 			"password = " + dsnQuote(pw) + " host=127.0.0.1 port=1 sslmode=bogus",
 		}
 		h := func(context.Context, *receiver.Message) error { return nil }
-		var logs logSink
+		var logs logbuf.Buffer
 		logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		// Every check tries one input, drawn from all of them.
 		var cases []func()

@@ -43,7 +43,7 @@ var layers = map[string]float64{
 	"internal/redact": 0, "internal/nilcheck": 0, "internal/snapframe": 0, "internal/schemereg": 0,
 	"internal/tlsconf": 0, "internal/testkit/testenv": 0, "internal/testkit/tcpproxy": 0,
 	"internal/testkit/readmecheck": 0, "internal/testkit/testsummary": 0, "internal/testkit/archtest": 0, "internal/testkit/apitest": 0,
-	"internal/testkit/testwait": 0, "internal/testkit/stompsub": 0, "internal/keyjoin": 0, "internal/copysig": 0, "internal/pgtable": 0,
+	"internal/testkit/testwait": 0, "internal/testkit/logbuf": 0, "internal/testkit/stompsub": 0, "internal/keyjoin": 0, "internal/copysig": 0, "internal/pgtable": 0,
 	"internal/admission": 0, "internal/copyhdr": 0, "internal/storelat": 0, "internal/purgeloop": 0, "internal/sqldb": 0, "internal/logkey": 0,
 	// Test helpers on top of testenv.
 	"internal/testkit/pgrestart": 0.5,

@@ -3,10 +3,10 @@
 package failovertest
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/acemq/msgaudit/internal/testkit/logbuf"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -223,24 +223,6 @@ func after(events []event, gen uint64) (first, work *event) {
 	return first, nil
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // run carries out one configuration and logs its summary.
 func run(t *testing.T, p *pair, tier string) result {
 	pgURL := testenv.Getenv(t, "MSGAUDIT_POSTGRES_URL", "PostgreSQL, for the ledger")
@@ -297,7 +279,7 @@ func run(t *testing.T, p *pair, tier string) result {
 
 	tr := new(tracker)
 	metrics := new(receiver.Metrics)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	cfg := stompconsumer.Config{
 		Addresses:             p.addrs,
 		Concurrency:           concurrency,
