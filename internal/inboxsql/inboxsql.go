@@ -134,24 +134,9 @@ func Build(table string, kind Kind) (SQL, error) {
 	if table == "" {
 		table = DefaultTable
 	}
-	m := tableRE.FindStringSubmatch(table)
-	if m == nil {
-		return SQL{}, fmt.Errorf("invalid table name %q (want [schema.]name of letters, digits and '_', the name at most 47 bytes)", table)
-	}
-	schema, name := m[1], m[2]
-	switch {
-	case postgres && pgtable.TempSchema.MatchString(schema):
-		return SQL{}, fmt.Errorf("table %q is in a temporary schema: its rows would belong to one connection and vanish with it, and a redelivery on another connection or after a restart would be applied again", table)
-	case kind == SQLite && (strings.EqualFold(schema, "temp") || strings.EqualFold(schema, "temporary")):
-		return SQL{}, fmt.Errorf("table %q is in SQLite's temporary schema: its rows would belong to one connection and vanish when it closes", table)
-	}
-	q := func(s string) string { return `"` + s + `"` }
-	if kind == MySQL {
-		q = func(s string) string { return "`" + s + "`" }
-	}
-	t := q(name)
-	if schema != "" {
-		t = q(schema) + "." + q(name)
+	t, q, schema, name, err := Table(table, kind)
+	if err != nil {
+		return SQL{}, err
 	}
 	idx := q(name + indexSuffix)
 	if postgres {
@@ -252,6 +237,34 @@ SELECT count(*), max(recorded_at) FROM d`,
 		Backlog: `SELECT (SELECT max(rowid) FROM ` + t + `) - (SELECT min(rowid) FROM ` + t + `) + 1,
   (SELECT recorded_at FROM ` + t + ` ORDER BY recorded_at LIMIT 1)`,
 	}, nil
+}
+
+// Table validates table, [schema.]name of plain identifiers with the name
+// at most 47 bytes, and refuses a temporary schema (whose rows would belong
+// to one connection). It returns the name quoted for kind, the quoting
+// function for names derived from it (indexes), and the schema ("" when
+// unqualified) and name unquoted.
+func Table(table string, kind Kind) (quoted string, q func(string) string, schema, name string, err error) {
+	m := tableRE.FindStringSubmatch(table)
+	if m == nil {
+		return "", nil, "", "", fmt.Errorf("invalid table name %q (want [schema.]name of letters, digits and '_', the name at most 47 bytes)", table)
+	}
+	schema, name = m[1], m[2]
+	switch {
+	case kind == Postgres && pgtable.TempSchema.MatchString(schema):
+		return "", nil, "", "", fmt.Errorf("table %q is in a temporary schema: its rows would belong to one connection and vanish with it, and a redelivery on another connection or after a restart would be applied again", table)
+	case kind == SQLite && (strings.EqualFold(schema, "temp") || strings.EqualFold(schema, "temporary")):
+		return "", nil, "", "", fmt.Errorf("table %q is in SQLite's temporary schema: its rows would belong to one connection and vanish when it closes", table)
+	}
+	q = func(s string) string { return `"` + s + `"` }
+	if kind == MySQL {
+		q = func(s string) string { return "`" + s + "`" }
+	}
+	quoted = q(name)
+	if schema != "" {
+		quoted = q(schema) + "." + q(name)
+	}
+	return quoted, q, schema, name, nil
 }
 
 // Time returns t as the dialect stores it: itself for PostgreSQL, Unix

@@ -45,6 +45,7 @@ var layers = map[string]float64{
 	"internal/testkit/readmecheck": 0, "internal/testkit/testsummary": 0, "internal/testkit/archtest": 0, "internal/testkit/apitest": 0,
 	"internal/testkit/testwait": 0, "internal/testkit/logbuf": 0, "internal/testkit/stompsub": 0, "internal/keyjoin": 0, "internal/copysig": 0, "internal/pgtable": 0,
 	"internal/admission": 0, "internal/copyhdr": 0, "internal/storelat": 0, "internal/purgeloop": 0, "internal/sqldb": 0, "internal/logkey": 0,
+	"internal/outboxid": 0.1, // imports keyjoin
 	// Test helpers on top of testenv.
 	"internal/testkit/pgrestart": 0.5,
 	// Core: msgid → bitsetbin → audit → connaudit.
@@ -64,6 +65,8 @@ var layers = map[string]float64{
 	"internal/consumerkit": 3.2,
 	// The transactional inbox (database/sql, no driver).
 	"internal/inboxsql": 3.5, "internal/inboxlane": 3.5, "internal/inboxcore": 3.6, "inbox": 4,
+	// The transactional outbox, beside the inbox whose dialects it shares.
+	"outbox": 4.2,
 	// Backends: one driver each, never each other.
 	"internal/metaurl":              4.5,
 	"internal/storeconn":            4.5,
