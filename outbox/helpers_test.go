@@ -36,11 +36,13 @@ type db struct {
 	table   string
 	open    func(t testing.TB) *sql.DB // another pool on the same database
 	ph      func(n int) string         // placeholder n
+	driver  string                     // for another process: sql.Open(driver, dsn)
+	dsn     string
 }
 
 func sqliteDB(t testing.TB) *db {
 	dsn := "file:" + filepath.Join(t.TempDir(), "app.db") + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
-	d := &db{name: "sqlite", dialect: inbox.SQLite, table: "outbox_" + randHex(4), ph: func(int) string { return "?" }}
+	d := &db{name: "sqlite", dialect: inbox.SQLite, table: "outbox_" + randHex(4), ph: func(int) string { return "?" }, driver: "sqlite", dsn: dsn}
 	d.open = func(t testing.TB) *sql.DB {
 		c, err := sql.Open("sqlite", dsn)
 		if err != nil {
@@ -55,7 +57,7 @@ func sqliteDB(t testing.TB) *db {
 
 func postgresDB(t testing.TB) *db {
 	raw := testenv.Getenv(t, "MSGAUDIT_POSTGRES_URL", "the PostgreSQL outbox tests need a server")
-	d := &db{name: "postgres", dialect: inbox.PostgreSQL, table: "msgaudit_outbox_test_" + randHex(4), ph: func(n int) string { return fmt.Sprintf("$%d", n) }}
+	d := &db{name: "postgres", dialect: inbox.PostgreSQL, table: "msgaudit_outbox_test_" + randHex(4), ph: func(n int) string { return fmt.Sprintf("$%d", n) }, driver: "pgx", dsn: raw}
 	d.open = func(t testing.TB) *sql.DB {
 		c, err := sql.Open("pgx", raw)
 		if err != nil {
@@ -80,7 +82,7 @@ func mysqlDB(t testing.TB) *db {
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Passwd, _ = strings.Cut(userinfo, ":")
 	cfg.Net, cfg.Addr, cfg.DBName = "tcp", host, dbname
-	d := &db{name: "mysql", dialect: inbox.MySQL, table: "msgaudit_outbox_test_" + randHex(4), ph: func(int) string { return "?" }}
+	d := &db{name: "mysql", dialect: inbox.MySQL, table: "msgaudit_outbox_test_" + randHex(4), ph: func(int) string { return "?" }, driver: "mysql", dsn: cfg.FormatDSN()}
 	d.open = func(t testing.TB) *sql.DB {
 		c, err := mysql.NewConnector(cfg)
 		if err != nil {
