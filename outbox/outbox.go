@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -257,7 +258,9 @@ func printable(s string) bool {
 // the message's id is derived from the delivery's key and the send's
 // position in the handler's run, so a run redone after a rollback sends
 // the same ids, and the receiving consumer absorbs a resend; in any other
-// transaction it is random. A message Send cannot record (an empty or
+// transaction it is random. Inside an inbox handler the delivery's W3C
+// trace context (its traceparent and tracestate headers) is copied to m's
+// headers unless m sets a traceparent, so one trace follows the chain. A message Send cannot record (an empty or
 // too long destination, control characters in a header, a body over
 // 16 MiB) is an error wrapping ErrConfig, and tx stays usable.
 func (ob *Outbox) Send(ctx context.Context, tx *sql.Tx, m Message) error {
@@ -268,6 +271,18 @@ func (ob *Outbox) Send(ctx context.Context, tx *sql.Tx, m Message) error {
 		return err
 	}
 	h := m.Headers
+	if parent, state := outboxid.Trace(ctx); parent != "" {
+		if _, set := h["traceparent"]; !set {
+			h = maps.Clone(h)
+			if h == nil {
+				h = map[string]string{}
+			}
+			h["traceparent"] = parent
+			if state != "" {
+				h["tracestate"] = state
+			}
+		}
+	}
 	if h == nil {
 		h = map[string]string{}
 	}

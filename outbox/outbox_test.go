@@ -85,11 +85,12 @@ func TestInboxHandlerIDsStable(t *testing.T) {
 			}
 			return nil
 		})
-		msg := &receiver.Message{Key: "k1", Destination: "/queue/in"}
+		tp := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		msg := &receiver.Message{Key: "k1", Destination: "/queue/in", Headers: map[string]string{"traceparent": tp}}
 		if res := r.Process(ctx, msg, h); res.Action == receiver.Ack {
 			t.Fatalf("first run acked: %+v", res)
 		}
-		if res := r.Process(ctx, &receiver.Message{Key: "k1", Destination: "/queue/in"}, h); res.Action != receiver.Ack || res.Duplicate {
+		if res := r.Process(ctx, &receiver.Message{Key: "k1", Destination: "/queue/in", Headers: msg.Headers}, h); res.Action != receiver.Ack || res.Duplicate {
 			t.Fatalf("second run: %+v", res)
 		}
 		p := &recorder{}
@@ -104,6 +105,9 @@ func TestInboxHandlerIDsStable(t *testing.T) {
 		for _, g := range got {
 			if !strings.HasSuffix(string(g.m.Body), "run2") {
 				t.Errorf("message %q of the rolled-back run left", g.m.Body)
+			}
+			if g.m.Headers["traceparent"] != tp {
+				t.Errorf("the message's traceparent is %q, want the delivery's %q", g.m.Headers["traceparent"], tp)
 			}
 			ids[g.id] = true
 		}

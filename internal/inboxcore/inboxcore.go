@@ -17,6 +17,7 @@ import (
 	"github.com/acemq/msgaudit/idempotency"
 	"github.com/acemq/msgaudit/internal/inboxlane"
 	"github.com/acemq/msgaudit/internal/inboxsql"
+	"github.com/acemq/msgaudit/internal/outboxid"
 	"github.com/acemq/msgaudit/internal/purgeloop"
 	"github.com/acemq/msgaudit/internal/sqldb"
 	"github.com/acemq/msgaudit/receiver"
@@ -92,7 +93,15 @@ func (k *Core) Select(ctx context.Context, m *receiver.Message) (receiver.Decisi
 	}
 	ns := inboxsql.StorageKey(k.namespace(m), k.c.MaxKeyLength)
 	key = inboxsql.StorageKey(key, k.c.MaxKeyLength)
-	return k.c.Lanes.Select(ctx, ns, key)
+	d, err := k.c.Lanes.Select(ctx, ns, key)
+	if inner := d.Context; inner != nil {
+		// The delivery rides along for the outbox: the ids of what the
+		// handler sends derive from it, and its trace context goes on.
+		d.Context = func(c context.Context) context.Context {
+			return outboxid.With(inner(c), ns, key, m.Headers)
+		}
+	}
+	return d, err
 }
 
 // Contains reports whether key is recorded under namespace (both as given

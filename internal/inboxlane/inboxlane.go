@@ -29,7 +29,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/acemq/msgaudit/internal/outboxid"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -410,9 +409,7 @@ func (p *Pool) Select(ctx context.Context, ns, key string) (receiver.Decision, e
 	m := &member{p: p, l: l, tx: tx, first: first, k: k}
 	return receiver.Decision{
 		Verdict: receiver.Accept, Reason: "new", Detail: "new",
-		// The delivery rides along for the outbox: the ids of what the
-		// handler sends derive from it (outboxid.Next).
-		Context: func(c context.Context) context.Context { return outboxid.With(p.c.WithTx(c, tx.Value()), ns, key) },
+		Context: func(c context.Context) context.Context { return p.c.WithTx(c, tx.Value()) },
 		Settle:  m.settle,
 	}, nil
 }

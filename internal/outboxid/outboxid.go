@@ -46,19 +46,64 @@ func Valid(id string) bool {
 	return true
 }
 
-// delivery is the incoming delivery an inbox handler runs for, and the
-// number of sends made in this run.
+// delivery is the incoming delivery an inbox handler runs for, the
+// number of sends made in this run, and the delivery's W3C trace context.
 type delivery struct {
-	ns, key string
-	sends   atomic.Uint64
+	ns, key       string
+	sends         atomic.Uint64
+	parent, state string
 }
 
 type ctxKey struct{}
 
 // With returns ctx carrying the delivery (namespace, key) of one handler
-// run: each run starts counting its sends at zero.
-func With(ctx context.Context, ns, key string) context.Context {
-	return context.WithValue(ctx, ctxKey{}, &delivery{ns: ns, key: key})
+// run, each run counting its sends from zero, and the trace context of
+// headers (traceparent and tracestate) when it is well formed.
+func With(ctx context.Context, ns, key string, headers map[string]string) context.Context {
+	d := &delivery{ns: ns, key: key}
+	if p := headers["traceparent"]; TraceParent(p) {
+		d.parent = p
+		if s := headers["tracestate"]; len(s) <= 512 && printable(s) {
+			d.state = s
+		}
+	}
+	return context.WithValue(ctx, ctxKey{}, d)
+}
+
+// Trace returns the trace context of the delivery ctx carries: its
+// traceparent ("" when none) and tracestate.
+func Trace(ctx context.Context) (parent, state string) {
+	if d, _ := ctx.Value(ctxKey{}).(*delivery); d != nil {
+		return d.parent, d.state
+	}
+	return "", ""
+}
+
+// TraceParent reports whether s is a W3C traceparent of version 00:
+// "00-" 32 hex digits "-" 16 hex digits "-" 2 hex digits.
+func TraceParent(s string) bool {
+	if len(s) != 55 || s[:3] != "00-" || s[35] != '-' || s[52] != '-' {
+		return false
+	}
+	for i := 3; i < 55; i++ {
+		if i == 35 || i == 52 {
+			continue
+		}
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// printable reports whether s is printable ASCII.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // Next returns the id of the next send of the handler run ctx carries, or
