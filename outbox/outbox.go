@@ -77,6 +77,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// Tx is the transaction Send records a message in: a *sql.Tx, or a pgx
+// transaction through pgxinbox.OutboxTx.
+type Tx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
 // ErrConfig is returned by New for invalid Options or a database that
 // does not fit them, and by Send for a message it cannot record.
 var ErrConfig = errors.New("outbox: invalid configuration")
@@ -263,9 +269,18 @@ func printable(s string) bool {
 // headers unless m sets a traceparent, so one trace follows the chain. A message Send cannot record (an empty or
 // too long destination, control characters in a header, a body over
 // 16 MiB) is an error wrapping ErrConfig, and tx stays usable.
-func (ob *Outbox) Send(ctx context.Context, tx *sql.Tx, m Message) error {
-	if tx == nil {
-		return fmt.Errorf("%w: nil *sql.Tx", ErrConfig)
+func (ob *Outbox) Send(ctx context.Context, tx Tx, m Message) error {
+	switch tx := tx.(type) {
+	case nil:
+		return fmt.Errorf("%w: nil transaction", ErrConfig)
+	case *sql.Tx:
+		if tx == nil {
+			return fmt.Errorf("%w: nil *sql.Tx", ErrConfig)
+		}
+	case *sql.DB:
+		// Each statement would commit on its own: the message would leave
+		// whatever became of the effect.
+		return fmt.Errorf("%w: Send needs the effect's transaction, not a *sql.DB", ErrConfig)
 	}
 	if err := check(&m); err != nil {
 		return err

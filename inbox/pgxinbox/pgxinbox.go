@@ -27,6 +27,7 @@ package pgxinbox
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,7 @@ import (
 	"github.com/acemq/msgaudit/internal/pgtable"
 	"github.com/acemq/msgaudit/internal/purgeloop"
 	"github.com/acemq/msgaudit/internal/sqldb/pgxdb"
+	"github.com/acemq/msgaudit/outbox"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -356,3 +358,22 @@ func (ib *Inbox) Purge(ctx context.Context, olderThan time.Time) (n int64, err e
 
 // PurgeExpired deletes the rows older than Options.Retention.
 func (ib *Inbox) PurgeExpired(ctx context.Context) (int64, error) { return ib.core.PurgeExpired(ctx) }
+
+// OutboxTx returns tx as the transaction outbox.Send records a message in,
+// for a handler on a pgx transaction (Handler's tx):
+//
+//	err := ob.Send(ctx, pgxinbox.OutboxTx(tx), outbox.Message{Destination: "payments", Body: b})
+//
+// The outbox's relay runs on database/sql: give outbox.New
+// stdlib.OpenDBFromPool(pool).
+func OutboxTx(tx pgx.Tx) outbox.Tx { return outboxTx{tx} }
+
+type outboxTx struct{ tx pgx.Tx }
+
+func (t outboxTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	tag, err := t.tx.Exec(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return driver.RowsAffected(tag.RowsAffected()), nil
+}
