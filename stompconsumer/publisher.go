@@ -23,10 +23,13 @@ var _ outbox.Publisher = (*Publisher)(nil)
 // concurrent use. go-stomp waits for one receipt at a time per
 // connection, so concurrent Publish calls on one Publisher take turns.
 //
-// Printing a Publisher (with any verb) shows no credentials: its state
-// sits behind a pointer fmt does not follow.
+// Printing a Publisher (with any verb) shows no credentials: they sit
+// behind pointers fmt does not follow.
 type Publisher struct{ p *publisher }
 
+// publisher holds no secret itself: fmt prints the fields of the struct a
+// pointer points to for a verb that does not fit it (%s of a Publisher
+// prints this struct), but never follows a pointer further.
 type publisher struct {
 	dial    *dialer
 	conns   *consumerkit.Redial[*conn]
