@@ -101,9 +101,10 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 		return nil, err
 	}, func(cn *conn) {
 		// The socket first: it ends a SEND's receipt wait, which holds
-		// the lock MustDisconnect takes.
+		// the lock MustDisconnect takes; MustDisconnect apart, as a SEND
+		// left behind (see send) holds that lock for good.
 		cn.net.Close()
-		_ = cn.stomp.MustDisconnect()
+		go func() { _ = cn.stomp.MustDisconnect() }()
 	}, cfg.ReconnectBackoff)
 	if _, err := p.conns.Get(ctx); err != nil {
 		return nil, err
@@ -167,7 +168,7 @@ func (pp *Publisher) Publish(ctx context.Context, id string, m outbox.Message) e
 
 // send SENDs with a receipt on cn and waits for it until ctx ends or
 // sendTimeout passes; then it closes the socket, which ends go-stomp's
-// wait with an error.
+// wait with an error, and returns ctx's error or the timeout.
 func (p *publisher) send(ctx context.Context, cn *conn, dest, contentType string, body []byte, opts []func(*frame.Frame) error) error {
 	done := make(chan error, 1)
 	go func() { done <- cn.stomp.Send(dest, contentType, body, opts...) }()
@@ -183,7 +184,13 @@ func (p *publisher) send(ctx context.Context, cn *conn, dest, contentType string
 		cause = fmt.Errorf("no receipt within %v", sendTimeout)
 	}
 	cn.net.Close()
-	<-done
+	// Closing the socket answers go-stomp's wait, unless its connection
+	// goroutine already ended (the connection died just before this SEND
+	// took the lock): then the SEND waits for good, and is left behind.
+	select {
+	case <-done:
+	case <-time.After(receiptTimeout):
+	}
 	return cause
 }
 

@@ -1,9 +1,11 @@
 package stompconsumer
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -333,5 +335,37 @@ func TestPublisherSecrets(t *testing.T) {
 		} else if s := fmt.Sprintf("%v %+v %#v", err, err, err); strings.Contains(s, "w/rd") || strings.Contains(s, "w%2Frd") {
 			t.Errorf("error shows the passcode: %s", s)
 		}
+	}
+}
+
+// TestPublishNoReceipt: a broker that takes the SEND but never confirms
+// it holds Publish until ctx ends, no longer; the error is transient, and
+// the next Publish dials a new connection.
+func TestPublishNoReceipt(t *testing.T) {
+	t.Parallel()
+	addr, conns := fakeBroker(t, "CONNECTED\nversion:1.2\nheart-beat:0,0\n\n\x00", func(c net.Conn, r *bufio.Reader) {
+		for {
+			if _, err := r.ReadBytes(0); err != nil {
+				return
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := NewPublisher(ctx, Config{Addresses: []string{addr}, Heartbeat: -1, ReconnectBackoff: receiver.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i := range 2 {
+		short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := p.Publish(short, outboxid.Random(), outbox.Message{Destination: "/queue/x"})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, outbox.ErrRefused) {
+			t.Errorf("Publish %d with no receipt: %v; want the deadline, transient", i, err)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2 (the second Publish redials)", n)
 	}
 }
