@@ -37,6 +37,10 @@ type outboxAudit struct {
 // AuditStats reports the audit's counters to the receiver's Metrics.
 func (k outboxAudit) AuditStats() connaudit.Stats { return k.ca.Stats() }
 
+// Unwrap returns the adapter it wraps, which the receiver binds to its
+// logger and clock (its producer-churn warnings).
+func (k outboxAudit) Unwrap() receiver.Auditor { return k.a }
+
 func (k outboxAudit) Check(consumer, destination, id string) (bitsetbin.Sighting, error) {
 	if strings.HasPrefix(id, outboxKeyPrefix) {
 		return bitsetbin.FirstSeen, nil
