@@ -37,6 +37,10 @@ type keyAudit struct {
 // AuditStats reports the audit's counters to the receiver's Metrics.
 func (k keyAudit) AuditStats() connaudit.Stats { return k.ca.Stats() }
 
+// Unwrap returns the adapter it wraps, which the receiver binds to its
+// logger and clock (its producer-churn warnings).
+func (k keyAudit) Unwrap() receiver.Auditor { return k.a }
+
 // derived reports whether id is a key the consumer derived from a stream
 // sequence, of the form the audit reads.
 func derived(id string) bool {

@@ -165,8 +165,9 @@ type Config struct {
 	DeadLetterSubject string
 }
 
-// withDefaults fills the zero fields of c and validates it.
-func (c Config) withDefaults() (Config, error) {
+// connDefaults checks the connection fields of c (URL) and fills in the
+// defaults of ReconnectBackoff, ConnectTimeout and Heartbeat.
+func (c Config) connDefaults() (Config, error) {
 	if c.URL == "" {
 		return c, fmt.Errorf("%w: no URL", ErrConfig)
 	}
@@ -174,6 +175,22 @@ func (c Config) withDefaults() (Config, error) {
 		if err := checkURL(u); err != nil {
 			return c, err
 		}
+	}
+	c.ReconnectBackoff = consumerkit.WithDefaults(c.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 1)
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = defaultConnectTimeout
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = defaultHeartbeat
+	}
+	return c, nil
+}
+
+// withDefaults fills the zero fields of c and validates it.
+func (c Config) withDefaults() (Config, error) {
+	c, err := c.connDefaults()
+	if err != nil {
+		return c, err
 	}
 	if c.Stream == "" {
 		return c, fmt.Errorf("%w: no Stream", ErrConfig)
@@ -225,13 +242,6 @@ func (c Config) withDefaults() (Config, error) {
 		c.Pipeline.MaxAttempts = defaultMaxAttempts
 	}
 	c.Pipeline.Backoff = consumerkit.WithDefaults(c.Pipeline.Backoff, 100*time.Millisecond, defaultMaxRequeueDelay, 1)
-	c.ReconnectBackoff = consumerkit.WithDefaults(c.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 1)
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = defaultConnectTimeout
-	}
-	if c.Heartbeat <= 0 {
-		c.Heartbeat = defaultHeartbeat
-	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = defaultShutdownTimeout
 	}
@@ -408,24 +418,31 @@ func (c *Consumer) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.Str
 
 // natsOptions are the client options of every connection.
 func (c *Consumer) natsOptions() []nats.Option {
-	opts := []nats.Option{
-		nats.Timeout(c.cfg.ConnectTimeout),
-		nats.MaxReconnects(-1),
-		nats.CustomReconnectDelay(func(attempts int) time.Duration { return c.cfg.ReconnectBackoff.Delay(max(attempts-1, 0)) }),
-		nats.PingInterval(c.cfg.Heartbeat),
-		nats.MaxPingsOutstanding(2),
+	return append(connOptions(c.cfg, c.tls),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { c.lose(err) }),
 		nats.ReconnectHandler(func(*nats.Conn) { c.regain() }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			c.log.Warn("natsconsumer: client error", "err", c.red.Error(err))
-		}),
+		}))
+}
+
+// connOptions are the options of a connection with the connection fields
+// of cfg (ConnectTimeout, ReconnectBackoff, Heartbeat, ConnectionName)
+// and tc: it reconnects for ever.
+func connOptions(cfg Config, tc *tls.Config) []nats.Option {
+	opts := []nats.Option{
+		nats.Timeout(cfg.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration { return cfg.ReconnectBackoff.Delay(max(attempts-1, 0)) }),
+		nats.PingInterval(cfg.Heartbeat),
+		nats.MaxPingsOutstanding(2),
 		nats.NoCallbacksAfterClientClose(),
 	}
-	if c.cfg.ConnectionName != "" {
-		opts = append(opts, nats.Name(c.cfg.ConnectionName))
+	if cfg.ConnectionName != "" {
+		opts = append(opts, nats.Name(cfg.ConnectionName))
 	}
-	if c.tls != nil {
-		opts = append(opts, nats.Secure(c.tls.Clone()))
+	if tc != nil {
+		opts = append(opts, nats.Secure(tc.Clone()))
 	}
 	return opts
 }

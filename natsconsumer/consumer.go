@@ -234,15 +234,19 @@ func (c *Consumer) connect(ctx context.Context) (*nats.Conn, error) {
 
 // classify maps a connection error to ErrRejected / ErrTLS where
 // retrying cannot help, and redacts it.
-func (c *Consumer) classify(err error) error {
+func (c *Consumer) classify(err error) error { return classify(err, c.cfg, c.red) }
+
+// classify maps an error of a connection with cfg to ErrRejected /
+// ErrTLS where retrying cannot help, and redacts it with red.
+func classify(err error, cfg Config, red redact.Redactor) error {
 	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
 		strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
-		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrRejected, c.cfg.redactedURL(), err))
+		return red.Error(fmt.Errorf("%w: %s: %w", ErrRejected, cfg.redactedURL(), err))
 	}
 	if tlsconf.Permanent(err) {
-		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrTLS, c.cfg.redactedURL(), err))
+		return red.Error(fmt.Errorf("%w: %s: %w", ErrTLS, cfg.redactedURL(), err))
 	}
-	return c.red.Error(err)
+	return red.Error(err)
 }
 
 // setup checks the stream and the dead-letter stream and creates or

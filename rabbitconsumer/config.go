@@ -174,7 +174,10 @@ type Config struct {
 }
 
 // withDefaults fills the zero fields of c and validates it.
-func (c Config) withDefaults() (Config, error) {
+// connDefaults checks the connection fields of c (URL, the TLS fields)
+// and fills in the defaults of ReconnectBackoff, ConnectTimeout,
+// Heartbeat, FrameSize and MaxBodyBytes.
+func (c Config) connDefaults() (Config, error) {
 	if c.URL == "" {
 		return c, fmt.Errorf("%w: no URL", ErrConfig)
 	}
@@ -184,6 +187,30 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if u.Scheme != "amqps" && (c.TLS != nil || c.CAFile != "" || c.CertFile != "" || c.KeyFile != "") {
 		return c, fmt.Errorf("%w: TLS options set for a %s:// URL; use amqps://", ErrConfig, u.Scheme)
+	}
+	c.ReconnectBackoff = consumerkit.WithDefaults(c.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 1)
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = defaultConnectTimeout
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = defaultHeartbeat
+	}
+	if c.FrameSize <= 0 {
+		c.FrameSize = defaultFrameSize
+	}
+	if c.FrameSize < 4096 {
+		return c, fmt.Errorf("%w: FrameSize %d below AMQP's minimum 4096", ErrConfig, c.FrameSize)
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = defaultMaxBodyBytes
+	}
+	return c, nil
+}
+
+func (c Config) withDefaults() (Config, error) {
+	c, err := c.connDefaults()
+	if err != nil {
+		return c, err
 	}
 	if c.Queue == "" {
 		return c, fmt.Errorf("%w: no Queue", ErrConfig)
@@ -213,22 +240,6 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: InFlight %d above Prefetch %d: the broker never has more than Prefetch deliveries out", ErrConfig, c.InFlight, c.Prefetch)
 	}
 	c.Pipeline.Backoff = consumerkit.WithDefaults(c.Pipeline.Backoff, 100*time.Millisecond, defaultMaxRequeueDelay, 1)
-	c.ReconnectBackoff = consumerkit.WithDefaults(c.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 1)
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = defaultConnectTimeout
-	}
-	if c.Heartbeat <= 0 {
-		c.Heartbeat = defaultHeartbeat
-	}
-	if c.FrameSize <= 0 {
-		c.FrameSize = defaultFrameSize
-	}
-	if c.FrameSize < 4096 {
-		return c, fmt.Errorf("%w: FrameSize %d below AMQP's minimum 4096", ErrConfig, c.FrameSize)
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = defaultMaxBodyBytes
-	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = defaultShutdownTimeout
 	}

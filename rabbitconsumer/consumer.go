@@ -221,31 +221,7 @@ func (p confirmPublisher) publish(ctx context.Context, exchange, key string, msg
 
 // connect dials, opens the channels and starts consuming.
 func (c *Consumer) connect(ctx context.Context) (g *generation, err error) {
-	props := amqp.NewConnectionProperties()
-	if c.cfg.ConnectionName != "" {
-		props.SetClientConnectionName(c.cfg.ConnectionName)
-	}
-	acfg := amqp.Config{
-		Heartbeat:  c.cfg.Heartbeat,
-		FrameSize:  c.cfg.FrameSize,
-		Locale:     "en_US",
-		Properties: props,
-		Dial: func(network, addr string) (net.Conn, error) {
-			d := net.Dialer{Timeout: c.cfg.ConnectTimeout}
-			conn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			// Bounds the TLS and AMQP handshakes; amqp091 clears the
-			// deadline once the connection is open.
-			_ = conn.SetDeadline(time.Now().Add(c.cfg.ConnectTimeout))
-			return conn, nil
-		},
-	}
-	if c.tls != nil {
-		acfg.TLSClientConfig = c.tls.Clone() // amqp091 writes ServerName into it
-	}
-	conn, err := amqp.DialConfig(c.cfg.URL, acfg)
+	conn, err := dial(ctx, c.cfg, c.tls)
 	if err != nil {
 		return nil, c.classify(err)
 	}
@@ -322,15 +298,49 @@ func (e *noQueueError) Is(target error) bool { return target == ErrNoQueue }
 
 // classify maps an amqp091 error to ErrRejected / ErrTLS where retrying
 // cannot help, and redacts it.
-func (c *Consumer) classify(err error) error {
+func (c *Consumer) classify(err error) error { return classify(err, c.cfg.URL, c.red) }
+
+// classify maps an amqp091 error of a connection to url to ErrRejected /
+// ErrTLS where retrying cannot help, and redacts it with red.
+func classify(err error, url string, red redact.Redactor) error {
 	var ae *amqp.Error
 	if errors.As(err, &ae) && (ae.Code == amqp.AccessRefused || ae.Code == amqp.NotAllowed) {
-		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrRejected, redact.Strict(c.cfg.URL), err))
+		return red.Error(fmt.Errorf("%w: %s: %w", ErrRejected, redact.Strict(url), err))
 	}
 	if tlsconf.Permanent(err) {
-		return c.red.Error(fmt.Errorf("%w: %s: %w", ErrTLS, redact.Strict(c.cfg.URL), err))
+		return red.Error(fmt.Errorf("%w: %s: %w", ErrTLS, redact.Strict(url), err))
 	}
-	return c.red.Error(err)
+	return red.Error(err)
+}
+
+// dial opens an AMQP connection with the connection fields of cfg (URL,
+// ConnectTimeout, Heartbeat, FrameSize, ConnectionName) and tc.
+func dial(ctx context.Context, cfg Config, tc *tls.Config) (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	if cfg.ConnectionName != "" {
+		props.SetClientConnectionName(cfg.ConnectionName)
+	}
+	acfg := amqp.Config{
+		Heartbeat:  cfg.Heartbeat,
+		FrameSize:  cfg.FrameSize,
+		Locale:     "en_US",
+		Properties: props,
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: cfg.ConnectTimeout}
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Bounds the TLS and AMQP handshakes; amqp091 clears the
+			// deadline once the connection is open.
+			_ = conn.SetDeadline(time.Now().Add(cfg.ConnectTimeout))
+			return conn, nil
+		},
+	}
+	if tc != nil {
+		acfg.TLSClientConfig = tc.Clone() // amqp091 writes ServerName into it
+	}
+	return amqp.DialConfig(cfg.URL, acfg)
 }
 
 // serve consumes on g until ctx is done (graceful stop: returns false) or

@@ -51,6 +51,20 @@ func TestBindAuditor(t *testing.T) {
 		t.Errorf("bound metrics report %+v", s.Audit)
 	}
 
+	var wrapped bytes.Buffer
+	m3 := new(Metrics)
+	inner := ConnAudit(newCA())
+	SetChurnInterval(inner, time.Second)
+	w := wrapAuditor{inner}
+	bindAuditor(w, slog.New(slog.NewTextHandler(&wrapped, nil)), idempotency.ClockFunc(clock), m3)
+	flood(w, 1000)
+	if !strings.Contains(wrapped.String(), "recent_evictions=") {
+		t.Errorf("wrapped adapter logged %q to the receiver's logger", wrapped.String())
+	}
+	if s := m3.Snapshot(); s.Audit.Checks != 1000 {
+		t.Errorf("wrapped metrics report %d checks, want 1000 (counted once)", s.Audit.Checks)
+	}
+
 	m2 := new(Metrics)
 	bindAuditor(plainAuditor{}, slog.New(slog.NewTextHandler(&recv, nil)), nil, m2)
 	if m2.audited() {
@@ -64,3 +78,11 @@ func (plainAuditor) Check(string, string, string) (bitsetbin.Sighting, error) {
 	return bitsetbin.FirstSeen, nil
 }
 func (plainAuditor) Rollback(string, string, string) error { return nil }
+
+// wrapAuditor wraps an adapter, as a transport's auditor does.
+type wrapAuditor struct{ Auditor }
+
+func (w wrapAuditor) Unwrap() Auditor { return w.Auditor }
+func (w wrapAuditor) AuditStats() connaudit.Stats {
+	return w.Auditor.(auditStatsReporter).AuditStats()
+}

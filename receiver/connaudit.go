@@ -160,9 +160,16 @@ func (w *churnWarner) warn(log *slog.Logger, now time.Duration, st connaudit.Sta
 // bindAuditor connects the receiver's logger, clock and metrics to a: a
 // ConnAudit adapter warns through the first logger and by the first clock
 // bound to it, and an Auditor that implements auditStatsReporter is read
-// by m's snapshots and collectors. Binding twice is harmless.
+// by m's snapshots and collectors. Binding twice is harmless. An Auditor
+// that wraps an adapter (a transport's, letting some keys past it) and
+// says so with an Unwrap() Auditor method has the adapter it wraps bound
+// to the logger and clock; its own stats, if it reports them, are read.
 func bindAuditor(a Auditor, log *slog.Logger, clock interface{ Now() time.Time }, m *Metrics) {
-	if c, ok := a.(*connAuditor); ok {
+	c, ok := a.(*connAuditor)
+	if w, wraps := a.(interface{ Unwrap() Auditor }); !ok && wraps {
+		c, ok = w.Unwrap().(*connAuditor)
+	}
+	if ok {
 		if log != nil {
 			c.churn.log.CompareAndSwap(nil, log)
 		}

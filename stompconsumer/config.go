@@ -121,3 +121,24 @@ func (c *Consumer) String() string { return "stompconsumer.Consumer{" + c.cfg.St
 
 // Format makes every verb (%#v included) print the redacted String.
 func (c *Consumer) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }
+
+// connection parses the connection fields of c: the endpoints of
+// Addresses, the TLS configuration, and the redactor of the passcode and
+// the passwords in the addresses.
+func (c *Config) connection() ([]endpoint, *tls.Config, redact.Redactor, error) {
+	red := redact.New(c.Passcode).With(redact.URLSecrets(c.Addresses...)...)
+	eps := make([]endpoint, len(c.Addresses))
+	for i, a := range c.Addresses {
+		ep, err := parseAddress(a)
+		if err != nil {
+			return nil, nil, red, err
+		}
+		eps[i] = ep
+		red = red.With(ep.passcode)
+	}
+	tc, err := c.tlsConfig()
+	if err != nil {
+		return nil, nil, red, err
+	}
+	return eps, tc, red, nil
+}

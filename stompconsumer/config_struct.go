@@ -137,7 +137,9 @@ type Config struct {
 	// producer-set idempotency key), and that a frame cut by the size
 	// limits keeps on its dead-letter record. Default: "message-id", the
 	// broker's id (ActiveMQ replaces a message-id header a STOMP producer
-	// sends).
+	// sends), or, on a delivery carrying a valid msgaudit-outbox-id header
+	// (an outbox's message, see Publisher), "outbox:<that id>"; setting
+	// KeyHeader turns that off.
 	// Pipeline.KeyFunc, when set, derives the key from the Message
 	// instead. Either way a retry copy's key is the one it carries in
 	// x-original-key.

@@ -14,6 +14,7 @@ import (
 	"github.com/acemq/msgaudit/internal/consumerkit"
 	"github.com/acemq/msgaudit/internal/copyhdr"
 	"github.com/acemq/msgaudit/internal/copysig"
+	"github.com/acemq/msgaudit/internal/outboxid"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-stomp/stomp/v3"
@@ -31,11 +32,14 @@ type Consumer struct {
 	red     redact.Redactor
 	sig     *copysig.Signer // signs the copies this consumer makes
 	copies  bool            // CopySecret set: a failed handler's delivery is retried as a copy
-	subs    []Subscription
-	gates   []*admission.Gate // per subscription: its Concurrency, over every session
-	running atomic.Bool
-	gen     atomic.Uint64
-	st      consumerkit.Counters
+	// outboxKeys: KeyHeader was unset, so a valid outboxid.Header keys a
+	// delivery (as outboxid.Key) in place of its message-id.
+	outboxKeys bool
+	subs       []Subscription
+	gates      []*admission.Gate // per subscription: its Concurrency, over every session
+	running    atomic.Bool
+	gen        atomic.Uint64
+	st         consumerkit.Counters
 
 	guaranteeOnce sync.Once
 }
@@ -48,15 +52,7 @@ func New(cfg Config) (*Consumer, error) {
 	if len(cfg.Subscriptions) == 0 {
 		return nil, fmt.Errorf("%w: no Subscriptions", ErrConfig)
 	}
-	eps := make([]endpoint, len(cfg.Addresses))
-	for i, a := range cfg.Addresses {
-		ep, err := parseAddress(a)
-		if err != nil {
-			return nil, err
-		}
-		eps[i] = ep
-	}
-	tc, err := cfg.tlsConfig()
+	eps, tc, red, err := cfg.connection()
 	if err != nil {
 		return nil, err
 	}
@@ -84,16 +80,13 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.DeadLetterDestination == "" {
 		cfg.DeadLetterDestination = defaultDeadLetter
 	}
-	if cfg.KeyHeader == "" {
+	outboxKeys := cfg.KeyHeader == ""
+	if outboxKeys {
 		cfg.KeyHeader = frame.MessageId
 	}
 	cfg.Pipeline.Backoff = consumerkit.WithDefaults(cfg.Pipeline.Backoff, 100*time.Millisecond, 5*time.Second, 0.2)
 	cfg.ReconnectBackoff = consumerkit.WithDefaults(cfg.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 0.5)
 
-	red := redact.New(cfg.Passcode).With(redact.URLSecrets(cfg.Addresses...)...)
-	for _, ep := range eps {
-		red = red.With(ep.passcode)
-	}
 	log := cfg.Pipeline.Logger
 	if log == nil {
 		log = nopLogger()
@@ -153,6 +146,10 @@ func New(cfg Config) (*Consumer, error) {
 	c.dial = &dialer{endpoints: eps, tls: tc, login: cfg.Login, passcode: cfg.Passcode, vhost: cfg.VirtualHost,
 		clientID: cfg.ClientID, heartBeat: cfg.Heartbeat, timeout: cfg.ConnectTimeout,
 		maxHeader: cfg.MaxHeaderBytes, maxBody: cfg.MaxBodyBytes, keep: []string{cfg.KeyHeader}, log: log, red: red}
+	if outboxKeys {
+		c.outboxKeys = true
+		c.dial.keep = append(c.dial.keep, outboxid.Header)
+	}
 
 	if p.Audit == nil {
 		if p.Audit, err = defaultAudit(); err != nil {
@@ -1002,11 +999,7 @@ func (c *Consumer) message(sr *subRun, d *delivery) *receiver.Message {
 		m.Destination = sr.cfg.Destination
 	}
 	c.trustCopyHeaders(h, d.msg.Body)
-	if k := h[copyhdr.OriginalKey]; k != "" {
-		m.Key = k
-	} else {
-		m.Key = h[c.cfg.KeyHeader]
-	}
+	m.Key = c.key(h)
 	if n, err := strconv.Atoi(h[copyhdr.Attempts]); err == nil && n > 0 {
 		m.Attempt = n + 1
 	}
@@ -1014,6 +1007,25 @@ func (c *Consumer) message(sr *subRun, d *delivery) *receiver.Message {
 		m.Timestamp = time.UnixMilli(ms)
 	}
 	return m
+}
+
+// key is the key of a delivery with headers h (its copy headers already
+// checked by trustCopyHeaders): the key a copy carries; else, in the
+// default configuration (no KeyHeader), outboxid.Key of a valid
+// outboxid.Header, which a relay's resend repeats; else the KeyHeader
+// (the broker's message-id by default). An invalid outboxid.Header (too
+// long, a character outboxid.Valid refuses) is ignored: the delivery is
+// keyed by its message-id, as any other.
+func (c *Consumer) key(h map[string]string) string {
+	if k := h[copyhdr.OriginalKey]; k != "" {
+		return k
+	}
+	if c.outboxKeys {
+		if id, ok := h[outboxid.Header]; ok && outboxid.Valid(id) {
+			return outboxid.Key(id)
+		}
+	}
+	return h[c.cfg.KeyHeader]
 }
 
 // trustCopyHeaders keeps the key and attempt count a copy carries

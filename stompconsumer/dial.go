@@ -31,6 +31,9 @@ type dialer struct {
 	maxBody   int
 	log       *slog.Logger
 	red       redact.Redactor
+	// publish: the connection is a Publisher's, whose Publish bounds a
+	// SEND's receipt wait itself (go-stomp must not give it up: see dial).
+	publish bool
 }
 
 // conn is one live STOMP connection.
@@ -122,7 +125,15 @@ func (d *dialer) dial(ctx context.Context, ep endpoint) (*conn, error) {
 		stomp.ConnOpt.ReadBufferSize(16 << 10),
 		stomp.ConnOpt.UnsubscribeReceiptTimeout(receiptTimeout),
 		stomp.ConnOpt.DisconnectReceiptTimeout(receiptTimeout),
-		stomp.ConnOpt.RcvReceiptTimeout(receiptTimeout),
+	}
+	if !d.publish {
+		opts = append(opts, stomp.ConnOpt.RcvReceiptTimeout(receiptTimeout))
+	} else {
+		// No bound: a SEND's receipt wait given up by go-stomp would
+		// leave its channel behind and wedge the connection when the
+		// receipt comes (see above). Publish bounds the wait by closing
+		// the socket, which answers it with an error.
+		opts = append(opts, stomp.ConnOpt.RcvReceiptTimeout(0))
 	}
 	if d.clientID != "" {
 		opts = append(opts, stomp.ConnOpt.Header("client-id", d.clientID))

@@ -132,6 +132,23 @@
 // a STOMP producer choose the message-id the default key is: ActiveMQ
 // replaces a message-id header on SEND with its own.
 //
+// # Outbox messages
+//
+// In the default configuration (Config.KeyHeader unset, no
+// Pipeline.KeyFunc) a delivery carrying a valid msgaudit-outbox-id header
+// (as Publisher, an outbox's STOMP transport, sends it) is keyed by
+// "outbox:<id>" in place of its message-id, which ActiveMQ assigns anew on
+// every resend: a relay's resend of the same id is absorbed as a
+// duplicate. The tag keeps the two kinds apart (an ActiveMQ message-id
+// starts "ID:"), and such keys go past the connection audit to the
+// pipeline's tables and its Store or Inbox. A header outboxid.Valid
+// refuses (empty, over 128 bytes, a space, ':' or '\\') is ignored: the
+// delivery is keyed by its message-id, never failed. A retry copy keeps
+// the outbox key in x-original-key. Any producer can set the header, so
+// within the outbox domain a producer chooses its key, as a RabbitMQ
+// producer chooses its message_id; with KeyHeader set the header is not
+// read.
+//
 // Topic messages cannot be copied back to their destination (every
 // subscriber would receive the copy), so a topic delivery is retried in
 // place, in the worker that holds it, until it succeeds or is
