@@ -10,6 +10,7 @@ import (
 	"github.com/acemq/msgaudit/internal/consumerkit"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/tlsconf"
+	"github.com/acemq/msgaudit/outbox"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/nats-io/nats.go"
 )
@@ -155,6 +156,13 @@ type Config struct {
 	// (nil discards them), with the URL's secrets redacted. Its invalid
 	// settings are errors from New.
 	Pipeline receiver.Config
+
+	// Outbox, when set, makes Run run its relay (outbox.Outbox.Run) beside
+	// the handlers: it publishes what they sent with Outbox.Send, once
+	// committed, on a connection of its own (NewPublisher with this
+	// Config), and stops when Run returns, after the handlers. Messages
+	// the relay has not sent by then wait in the table for the next relay.
+	Outbox *outbox.Outbox
 
 	// DeadLetterSubject receives a record of each dead-lettered message
 	// (published with JetStream, its PubAck awaited before the original is

@@ -11,6 +11,7 @@ import (
 	"github.com/acemq/msgaudit/internal/consumerkit"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/tlsconf"
+	"github.com/acemq/msgaudit/outbox"
 	"github.com/acemq/msgaudit/receiver"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -157,6 +158,13 @@ type Config struct {
 	// its prefetch slot): 100ms doubling to 5s, with full jitter. Its
 	// invalid settings are errors from New.
 	Pipeline receiver.Config
+
+	// Outbox, when set, makes Run run its relay (outbox.Outbox.Run) beside
+	// the handlers: it publishes what they sent with Outbox.Send, once
+	// committed, on a connection of its own (NewPublisher with this
+	// Config), and stops when Run returns, after the handlers. Messages
+	// the relay has not sent by then wait in the table for the next relay.
+	Outbox *outbox.Outbox
 
 	// KeyHeader names a header carrying the key of a message without an
 	// AMQP message-id property. A message with neither goes down the

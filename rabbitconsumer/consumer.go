@@ -17,6 +17,7 @@ import (
 	"github.com/acemq/msgaudit/internal/copyhdr"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/tlsconf"
+	"github.com/acemq/msgaudit/outbox"
 	"github.com/acemq/msgaudit/receiver"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -99,6 +100,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// Handlers get a context that outlives ctx by ShutdownTimeout.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
+
+	// The outbox relay outlives ctx as the handlers do, and stops after them.
+	if c.cfg.Outbox != nil {
+		stopRelay := consumerkit.StartRelay(hctx, c.log, "rabbitconsumer", c.cfg.ReconnectBackoff,
+			func(ctx context.Context) (outbox.Publisher, error) { return NewPublisher(ctx, c.cfg) },
+			func(p outbox.Publisher) { _ = p.(*Publisher).Close() }, c.cfg.Outbox.Run)
+		defer stopRelay()
+	}
 	stopHandlers := context.AfterFunc(ctx, func() {
 		t := time.NewTimer(c.cfg.ShutdownTimeout)
 		defer t.Stop()

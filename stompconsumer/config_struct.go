@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"time"
 
+	"github.com/acemq/msgaudit/outbox"
 	"github.com/acemq/msgaudit/receiver"
 )
 
@@ -128,6 +129,13 @@ type Config struct {
 	// too (nil discards them), with the passcode and address passwords
 	// redacted. Its invalid settings are errors from New.
 	Pipeline receiver.Config
+
+	// Outbox, when set, makes Run run its relay (outbox.Outbox.Run) beside
+	// the handlers: it publishes what they sent with Outbox.Send, once
+	// committed, on a connection of its own (NewPublisher with this
+	// Config), and stops when Run returns, after the handlers. Messages
+	// the relay has not sent by then wait in the table for the next relay.
+	Outbox *outbox.Outbox
 
 	// DeadLetterDestination receives dead-lettered copies; default
 	// "/queue/ActiveMQ.DLQ".

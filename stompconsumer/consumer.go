@@ -16,6 +16,7 @@ import (
 	"github.com/acemq/msgaudit/internal/copysig"
 	"github.com/acemq/msgaudit/internal/outboxid"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/outbox"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
@@ -252,6 +253,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// Handlers outlive ctx by up to ShutdownTimeout.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
+
+	// The outbox relay outlives ctx as the handlers do, and stops after them.
+	if c.cfg.Outbox != nil {
+		stopRelay := consumerkit.StartRelay(hctx, c.log, "stompconsumer", c.cfg.ReconnectBackoff,
+			func(ctx context.Context) (outbox.Publisher, error) { return NewPublisher(ctx, c.cfg) },
+			func(p outbox.Publisher) { _ = p.(*Publisher).Close() }, c.cfg.Outbox.Run)
+		defer stopRelay()
+	}
 	stopGrace := context.AfterFunc(ctx, func() {
 		t := time.AfterFunc(c.cfg.ShutdownTimeout, hcancel)
 		context.AfterFunc(hctx, func() { t.Stop() })
