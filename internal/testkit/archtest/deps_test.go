@@ -87,7 +87,7 @@ var layers = map[string]float64{
 	// Transports.
 	"stompconsumer": 6, "rabbitconsumer": 6, "natsconsumer": 6,
 	// Tools.
-	"internal/testkit/crashtest": 9, "internal/testkit/failovertest": 9,
+	"internal/testkit/crashtest": 9, "internal/testkit/failovertest": 9, "internal/testkit/chaintest": 9,
 	// The tools' module (cmd/msgaudit/go.mod): the command and what only
 	// it uses; the bench chart is a module of its own
 	// (cmd/msgaudit/benchchart/go.mod) that reads the bench report.
