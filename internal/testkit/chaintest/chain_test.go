@@ -6,7 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-		"errors"
+	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
