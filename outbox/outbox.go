@@ -41,6 +41,10 @@ const (
 	claimBatch = 256
 )
 
+// claimBytes is the most body and header bytes one claim holds in
+// memory (at least one row whatever its size); a variable for the tests.
+var claimBytes int64 = 32 << 20
+
 // Options configures an Outbox. The zero value of every field but Dialect
 // is a usable default.
 type Options struct {

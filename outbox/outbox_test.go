@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -291,6 +292,56 @@ func TestLeaseLapseResendsSameID(t *testing.T) {
 		stop()
 		if a, b := first.calls[0].id, second.confirmed()[0].id; a != b {
 			t.Errorf("resend id %q, first id %q: want the same", b, a)
+		}
+	})
+}
+
+// TestClaimBoundedInMemory: a claim holds at most its byte budget of
+// bodies (and always one row), so a backlog of large messages is not
+// loaded into memory at once; every message still leaves.
+func TestClaimBoundedInMemory(t *testing.T) {
+	defer outbox.SetClaimBytes(250 << 10)()
+	forEachDB(t, func(t *testing.T, d *db) {
+		ob := d.outbox(t, outbox.Options{})
+		body := make([]byte, 100<<10)
+		var ms []outbox.Message
+		for i := range 12 {
+			body[0] = byte(i)
+			ms = append(ms, outbox.Message{Destination: "big", Body: bytes.Clone(body)})
+		}
+		ms = append(ms, outbox.Message{Destination: "huge", Body: make([]byte, 1<<20)}) // over the budget alone
+		send(t, ob, d.db, true, ms...)
+		var mu sync.Mutex
+		cur, peak := 0, 0
+		p := &recorder{fail: func(string, outbox.Message) error {
+			mu.Lock()
+			cur++
+			peak = max(peak, cur)
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+			mu.Lock()
+			cur--
+			mu.Unlock()
+			return nil
+		}}
+		relay(t, ob, p)
+		eventually(t, "13 messages", func() bool { return len(p.confirmed()) == 13 })
+		mu.Lock()
+		defer mu.Unlock()
+		if peak > 2 {
+			t.Errorf("%d messages of 100 KiB in flight at once; a 250 KiB budget holds 2", peak)
+		}
+		seen := map[byte]bool{}
+		for _, c := range p.confirmed() {
+			if c.m.Destination == "big" {
+				if len(c.m.Body) != 100<<10 {
+					t.Fatalf("a body of %d bytes, want %d", len(c.m.Body), 100<<10)
+				}
+				seen[c.m.Body[0]] = true
+			}
+		}
+		if len(seen) != 12 {
+			t.Errorf("%d distinct bodies arrived, want 12", len(seen))
 		}
 	})
 }

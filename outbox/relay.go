@@ -140,15 +140,22 @@ func (r *relay) claim(ctx context.Context) ([]*row, error) {
 		return nil, err
 	}
 	var rows []*row
+	budget := claimBytes
 	for q.Next() {
 		var (
 			rw      row
 			headers []byte
 			key     sql.NullString
+			size    int64
 		)
-		if err := q.Scan(&rw.seq, &rw.id, &rw.m.Destination, &headers, &rw.m.Body, &key, &rw.attempts); err != nil {
+		if err := q.Scan(&rw.seq, &rw.id, &rw.m.Destination, &headers, &size, &key, &rw.attempts); err != nil {
 			q.Close()
 			return nil, err
+		}
+		// The claim holds at most claimBytes of bodies and headers in
+		// memory (and always one row): the rest wait for the next claim.
+		if budget -= size + int64(len(headers)); budget < 0 && len(rows) > 0 {
+			break
 		}
 		rw.m.OrderKey = key.String
 		if err := json.Unmarshal(headers, &rw.m.Headers); err != nil {
@@ -172,6 +179,31 @@ func (r *relay) claim(ctx context.Context) ([]*row, error) {
 		args = append(args, rw.seq)
 	}
 	if _, err := tx.ExecContext(ctx, ob.s.lease(len(rows)), args...); err != nil {
+		return nil, err
+	}
+	bySeq := make(map[int64]*row, len(rows))
+	for _, rw := range rows {
+		bySeq[rw.seq] = rw
+	}
+	bq, err := tx.QueryContext(ctx, ob.s.bodies(len(rows)), args[2:]...)
+	if err != nil {
+		return nil, err
+	}
+	for bq.Next() {
+		var seq int64
+		var body []byte
+		if err := bq.Scan(&seq, &body); err != nil {
+			bq.Close()
+			return nil, err
+		}
+		if rw := bySeq[seq]; rw != nil {
+			rw.m.Body = body
+		}
+	}
+	if err := bq.Close(); err != nil {
+		return nil, err
+	}
+	if err := bq.Err(); err != nil {
 		return nil, err
 	}
 	return rows, tx.Commit()

@@ -77,7 +77,13 @@ func build(d inbox.Dialect, table string) (*statements, error) {
 	pending := ` WHERE o.state = 0 AND o.due <= ` + s.p(1) + `
   AND (o.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM ` + t + ` p WHERE p.order_key = o.order_key AND p.state = 0 AND p.seq < o.seq))
 ORDER BY o.seq LIMIT ` + s.p(2)
-	cols := `SELECT o.seq, o.id, o.destination, o.headers, o.body, o.order_key, o.attempts FROM ` + t + ` o`
+	size := "length(o.body)"
+	if d == inbox.PostgreSQL {
+		size = "octet_length(o.body)"
+	}
+	// The bodies come in a second query (bodies), of the rows a claim
+	// keeps within its byte budget.
+	cols := `SELECT o.seq, o.id, o.destination, o.headers, ` + size + `, o.order_key, o.attempts FROM ` + t + ` o`
 	s.purge = `DELETE FROM ` + t + ` WHERE seq IN (SELECT seq FROM ` + t + ` WHERE state = 1 AND done < ` + s.p(1) + ` ORDER BY done LIMIT ` + s.p(2) + `)`
 	s.parked = `SELECT count(*) FROM ` + t + ` WHERE state = 2`
 	switch d {
@@ -194,6 +200,11 @@ ORDER BY o.seq LIMIT ` + s.p(2)
 		return nil, fmt.Errorf("unknown dialect %v", d)
 	}
 	return s, nil
+}
+
+// bodies returns (seq, body) of n rows.
+func (s *statements) bodies(n int) string {
+	return `SELECT seq, body FROM ` + s.table + ` WHERE seq` + s.in(1, n)
 }
 
 // lease sets a claimed row's lease and due time: $1 the lease token, $2
