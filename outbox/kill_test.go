@@ -141,7 +141,8 @@ func TestSIGKILL(t *testing.T) {
 			}
 			return c
 		}
-		procs := map[string]*exec.Cmd{"relay": start("relay"), "sender": start("sender")}
+		// Two relays share the table; both are killed in turn.
+		procs := map[string]*exec.Cmd{"relay": start("relay"), "relay2": start("relay"), "sender": start("sender")}
 		kills := map[string]int{}
 		kill := func(mode string) {
 			c := procs[mode]
@@ -152,14 +153,18 @@ func TestSIGKILL(t *testing.T) {
 			}
 			kills[mode]++
 		}
+		restart := func(mode string) {
+			if mode == "relay2" {
+				procs[mode] = start("relay")
+				return
+			}
+			procs[mode] = start(mode)
+		}
 		for i := range 24 {
 			time.Sleep(time.Duration(150+rand.IntN(250)) * time.Millisecond)
-			mode := []string{"relay", "sender"}[i%2]
-			if i%4 == 0 {
-				mode = "relay"
-			}
+			mode := []string{"relay", "sender", "relay2"}[i%3]
 			kill(mode)
-			procs[mode] = start(mode)
+			restart(mode)
 		}
 		kill("sender")
 		eventually(t, "the backlog drained", func() bool {
@@ -167,6 +172,7 @@ func TestSIGKILL(t *testing.T) {
 			return err == nil && b.Held == 0
 		})
 		kill("relay")
+		kill("relay2")
 
 		committed := map[string]bool{}
 		rows, err := d.db.QueryContext(ctx, `SELECT n FROM `+fx)
