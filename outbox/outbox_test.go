@@ -345,3 +345,50 @@ func TestClaimBoundedInMemory(t *testing.T) {
 		}
 	})
 }
+
+// TestPurgeSentRows: Purge and the automatic purge delete sent rows older
+// than the retention; pending and parked rows stay.
+func TestPurgeSentRows(t *testing.T) {
+	forEachDB(t, func(t *testing.T, d *db) {
+		ctx := context.Background()
+		ob := d.outbox(t, outbox.Options{MaxAttempts: 1})
+		p := &recorder{fail: func(id string, m outbox.Message) error {
+			if m.Destination == "refused" {
+				return outbox.ErrRefused
+			}
+			return nil
+		}}
+		send(t, ob, d.db, true, outbox.Message{Destination: "a"}, outbox.Message{Destination: "b"}, outbox.Message{Destination: "refused"})
+		stop := relay(t, ob, p)
+		count := func(state int) int {
+			var n int
+			if err := d.db.QueryRow(`SELECT count(*) FROM `+d.table+` WHERE state = `+d.ph(1), state).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		eventually(t, "two sent, one parked", func() bool { return count(1) == 2 && count(2) == 1 })
+		stop()
+		send(t, ob, d.db, true, outbox.Message{Destination: "pending"})
+		if n, err := ob.Purge(ctx, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+			t.Fatalf("Purge of rows older than an hour = %d, %v; want 0", n, err)
+		}
+		n, err := ob.Purge(ctx, time.Now().Add(time.Second))
+		if err != nil || n != 2 {
+			t.Fatalf("Purge = %d, %v; want the 2 sent rows", n, err)
+		}
+		if count(0) != 1 || count(2) != 1 {
+			t.Errorf("pending %d, parked %d after the purge; want 1 and 1", count(0), count(2))
+		}
+		if st := ob.PurgeStats(); st.Runs != 2 || st.Rows != 2 {
+			t.Errorf("PurgeStats = %+v, want 2 runs and 2 rows", st)
+		}
+		// The automatic purge.
+		auto := d.outbox(t, outbox.Options{Retention: time.Millisecond, PurgeInterval: 50 * time.Millisecond})
+		relay(t, auto, &recorder{})
+		eventually(t, "the pending row sent and purged", func() bool { return count(0) == 0 && count(1) == 0 })
+		if count(2) != 1 {
+			t.Errorf("the automatic purge deleted the parked row")
+		}
+	})
+}
