@@ -74,7 +74,9 @@ type Options struct {
 	// Lease is how long a relay owns the rows it took: a relay killed
 	// while publishing leaves them to another relay (or itself, restarted)
 	// once Lease has passed, and they are sent again with the same ids.
-	// Default 30s; at least 1s. A publish is given Lease/2.
+	// Default 30s; at least 1s. The publishes of one claim must end within
+	// Lease/2 of it (a slower one is cancelled and retried), so the relay
+	// marks its rows before another may take them.
 	Lease time.Duration
 	// Logger receives the relay's warnings (a parked message, a failing
 	// database); nil is silent.

@@ -392,3 +392,33 @@ func TestPurgeSentRows(t *testing.T) {
 		}
 	})
 }
+
+// TestSlowPublisherNoDoubleSend: with two relays and a publisher slower
+// than a claim can wait for, every message is confirmed once: a relay
+// publishes a claim's rows only within half its lease, never after
+// another relay may have taken them.
+func TestSlowPublisherNoDoubleSend(t *testing.T) {
+	d := sqliteDB(t)
+	ob := d.outbox(t, outbox.Options{Lease: time.Second, Concurrency: 1})
+	var ms []outbox.Message
+	for i := range 6 {
+		ms = append(ms, outbox.Message{Destination: "q", Body: []byte{byte('0' + i)}})
+	}
+	send(t, ob, d.db, true, ms...)
+	slow := func(string, outbox.Message) error { time.Sleep(300 * time.Millisecond); return nil }
+	p := &recorder{fail: slow}
+	relay(t, ob, p)
+	relay(t, d.outbox(t, outbox.Options{Lease: time.Second, Concurrency: 1}), p)
+	distinct := func() int {
+		ids := map[string]bool{}
+		for _, c := range p.confirmed() {
+			ids[c.id] = true
+		}
+		return len(ids)
+	}
+	eventually(t, "six messages", func() bool { return distinct() == 6 })
+	time.Sleep(time.Second)
+	if n := len(p.confirmed()); n != 6 {
+		t.Errorf("%d confirmed publishes of 6 messages: a relay published after its lease could lapse", n)
+	}
+}

@@ -96,10 +96,11 @@ func (ob *Outbox) Run(ctx context.Context, p Publisher) error {
 
 // relay is one Run's state.
 type relay struct {
-	ob    *Outbox
-	p     Publisher
-	token string
-	fails int // consecutive transient failures, for backoff
+	ob      *Outbox
+	p       Publisher
+	token   string
+	claimed time.Time // when the current claim was taken
+	fails   int       // consecutive transient failures, for backoff
 }
 
 // backoff is the delay after a failure: 100ms doubling to 5s, with jitter.
@@ -172,7 +173,7 @@ func (r *relay) claim(ctx context.Context) ([]*row, error) {
 	if len(rows) == 0 {
 		return nil, tx.Commit()
 	}
-	r.token = outboxid.Random()
+	r.token, r.claimed = outboxid.Random(), now
 	args := make([]any, 0, len(rows)+2)
 	args = append(args, r.token, now.Add(ob.o.Lease).UnixMicro())
 	for _, rw := range rows {
@@ -212,6 +213,11 @@ func (r *relay) claim(ctx context.Context) ([]*row, error) {
 // publish publishes rows, Concurrency at a time, and records the outcomes.
 func (r *relay) publish(ctx context.Context, rows []*row) error {
 	ob := r.ob
+	// Every publish of the claim ends by half its lease, so the marks land
+	// before another relay may take the rows: a row whose turn comes
+	// later is not published and goes back at once.
+	pctx, cancel := context.WithDeadline(ctx, r.claimed.Add(ob.o.Lease/2))
+	defer cancel()
 	sem := make(chan struct{}, ob.o.Concurrency)
 	var wg sync.WaitGroup
 	for _, rw := range rows {
@@ -219,11 +225,14 @@ func (r *relay) publish(ctx context.Context, rows []*row) error {
 			continue
 		}
 		sem <- struct{}{}
+		if err := pctx.Err(); err != nil {
+			<-sem
+			rw.err = fmt.Errorf("not published within half the lease: %w", err)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			pctx, cancel := context.WithTimeout(ctx, ob.o.Lease/2)
-			defer cancel()
 			rw.err = r.p.Publish(pctx, rw.id, rw.m)
 		}()
 	}
