@@ -54,6 +54,11 @@ type demoConfig struct {
 	// delivery's transaction, which then fails (the bug the outbox
 	// prevents).
 	dupKey, ghostKey string
+	// unorderedB is a test hook of -chain: consumer B starts a second
+	// late and hands its deliveries to its workers as they come, not by
+	// order key, so a retried message is overtaken by the next one of its
+	// key.
+	unorderedB bool
 }
 
 const demoAbout = `msgaudit demo: exactly-once processing under injected faults, SIGKILL included.

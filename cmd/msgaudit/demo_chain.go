@@ -255,6 +255,7 @@ func demoChain(sig context.Context, cfg demoConfig, stderr io.Writer) (chainRepo
 			base.DB, base.DupKey = dbA, cfg.dupKey
 		case chainB:
 			base.Queue, base.DB, base.Namespace = d.queueB, dbB, "msgaudit-demo"+d.queueB
+			base.Unordered = cfg.unorderedB
 		}
 		p := &demoProcs{exe: exe, dir: sub, ctl: ctl, stderr: lw, base: base, name: chainRoleName(role)}
 		d.procs[role] = p

@@ -66,6 +66,10 @@ type demoChildConfig struct {
 	// outbox id; consumer A sends the message of GhostKey outside the
 	// delivery's transaction and fails the delivery.
 	DupKey, GhostKey string
+	// Unordered is a -chain test hook: consumer B does not keep its
+	// deliveries of one order key in order, and starts consuming a second
+	// late, as after an outage, so that a backlog waits for its workers.
+	Unordered bool
 }
 
 // runDemoChild runs a consumer child and returns its exit status.
@@ -367,6 +371,13 @@ func (c *demoConsumer) stats() demoStats {
 // DeadLetter is a transaction: the copy to the DLQ + the ack of the
 // original.
 func (c *demoConsumer) consumeModel(ctx context.Context) error {
+	if c.cfg.Unordered {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 	for first := true; ctx.Err() == nil; first = false {
 		if !first {
 			c.metrics.Reconnects.Add(1)
@@ -378,7 +389,7 @@ func (c *demoConsumer) consumeModel(ctx context.Context) error {
 			}
 			return fmt.Errorf("broker model: %w", err)
 		}
-		if c.cfg.Role == chainB {
+		if c.cfg.Role == chainB && !c.cfg.Unordered {
 			c.consumeOrdered(ctx, mc)
 			mc.Close()
 			continue
