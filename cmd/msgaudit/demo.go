@@ -44,9 +44,21 @@ type demoConfig struct {
 	seed                            uint64
 	timeout                         time.Duration
 	progress                        bool
+	chain                           bool
 	// loseKey is a test hook, not a flag: the consumer acknowledges this
 	// demo key without applying it.
 	loseKey string
+	// dupKey and ghostKey are test hooks of -chain, not flags: the relay
+	// publishes the message of demo key dupKey a second time under a new
+	// outbox id; consumer A sends the message of ghostKey outside the
+	// delivery's transaction, which then fails (the bug the outbox
+	// prevents).
+	dupKey, ghostKey string
+	// unorderedB is a test hook of -chain: consumer B starts a second
+	// late and hands its deliveries to its workers as they come, not by
+	// order key, so a retried message is overtaken by the next one of its
+	// key.
+	unorderedB bool
 }
 
 const demoAbout = `msgaudit demo: exactly-once processing under injected faults, SIGKILL included.
@@ -82,6 +94,19 @@ kills themselves). With -nats the demo creates a work-queue stream named
 after -queue ("/queue/a.b" gives "a_b") and its dead-letter stream, and
 deletes both at the end.
 
+-chain runs a chain of three child processes on the broker model: consumer
+A applies each message with the inbox and, in the same transaction, sends
+one message to a second queue with the transactional outbox (package
+outbox); a relay process publishes A's committed messages to the model; a
+consumer B applies them with an inbox keyed by their outbox id. A, the
+relay and B are killed with SIGKILL in turn (-kills, 18 by default with
+-chain), and the table counts what A and B applied, messages lost between
+the producers and B, applied twice by A or B, ghosts (applied by B, their
+incoming message not committed by A) and per-key order violations (B
+applying a producer's messages out of A's commit order); the exit status is
+1 if any of the four is not 0. -chain runs on the broker model only;
+-stomp and -nats are refused with it (real brokers: not yet).
+
 Limits: -n and -replay-size at most 1000000; -producers and -workers at
 most 1024; -prefetch at most 65536; -kills, -cuts, -replays, -restarts and
 -max-attempts at most 1000. -timeout bounds the whole run, set-up included;
@@ -98,6 +123,9 @@ const (
 	maxDemoConc     = 1024      // -producers, -workers
 	maxDemoPrefetch = 65536     // -prefetch
 	maxDemoFaults   = 1000      // -kills, -cuts, -replays, -restarts, -max-attempts
+	// defaultChainKills is -kills under -chain: six each for consumer A,
+	// the relay and consumer B.
+	defaultChainKills = 18
 )
 
 func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
@@ -124,6 +152,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the injected faults")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up (and count what is missing as lost) after this long, set-up included")
 	fs.BoolVar(&c.progress, "progress", demoIsTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal)")
+	fs.BoolVar(&c.chain, "chain", false, "consumer A → outbox → relay → queue B → consumer B, each a child process killed in turn (see above; model only)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stderr, demoAbout)
@@ -177,6 +206,17 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoConfig, error) {
 		return c, errors.New("-stomp and -nats name two brokers; pick one")
 	case c.queue != "" && !strings.HasPrefix(c.queue, "/queue/"):
 		return c, fmt.Errorf("-queue must start with /queue/, got %q", c.queue)
+	case c.chain && (c.stomp != "" || c.nats != ""):
+		return c, errors.New("-chain runs on the broker model; real brokers: not yet (drop -stomp and -nats)")
+	case c.chain && c.guard != guardInbox:
+		return c, fmt.Errorf("-chain needs -guard inbox: the outbox sends in the inbox's transaction (got -guard %s)", c.guard)
+	}
+	if c.chain {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["kills"] {
+			c.kills = defaultChainKills
+		}
 	}
 	if c.producers > c.n {
 		c.producers = c.n
@@ -210,6 +250,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "msgaudit demo:", err)
 		fmt.Fprintln(stderr, "run 'msgaudit demo -h' for usage")
 		return 2
+	}
+	if cfg.chain {
+		rep, err := demoChain(ctx, cfg, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "msgaudit demo:", err)
+			return 1
+		}
+		rep.print(stdout)
+		return rep.exitCode()
 	}
 	rep, err := demo(ctx, cfg, stderr)
 	if err != nil {

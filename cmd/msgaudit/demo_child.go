@@ -56,15 +56,59 @@ type demoChildConfig struct {
 	// LoseKey is a test hook: the delivery of this demo key is
 	// acknowledged without being applied, a lost message.
 	LoseKey string
+	// Role is the process's part in a -chain run: chainA, chainRelay or
+	// chainB; "" for the demo's one consumer.
+	Role string
+	// QueueOut is where consumer A sends (-chain).
+	QueueOut string
+	// DupKey and GhostKey are -chain test hooks: the relay publishes the
+	// message of demo key DupKey twice, the second time under a new
+	// outbox id; consumer A sends the message of GhostKey outside the
+	// delivery's transaction and fails the delivery.
+	DupKey, GhostKey string
+	// Unordered is a -chain test hook: consumer B does not keep its
+	// deliveries of one order key in order, and starts consuming a second
+	// late, as after an outage, so that a backlog waits for its workers.
+	Unordered bool
 }
 
 // runDemoChild runs a consumer child and returns its exit status.
 func runDemoChild(ctx context.Context, path string, stderr io.Writer) int {
 	if err := demoChild(ctx, path); err != nil {
+		var re chainRoleError
+		if errors.As(err, &re) {
+			fmt.Fprintf(stderr, "msgaudit demo: %s process: %v\n", re.name, re.err)
+			return 1
+		}
 		fmt.Fprintln(stderr, "msgaudit demo: consumer process:", err)
 		return 1
 	}
 	return 0
+}
+
+// chainRoleError is the error of a -chain child, with the name of its
+// role.
+type chainRoleError struct {
+	name string
+	err  error
+}
+
+func (e chainRoleError) Error() string { return e.name + ": " + e.err.Error() }
+
+func demoChild(ctx context.Context, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var cfg demoChildConfig
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return fmt.Errorf("configuration %s: %w", path, err)
+	}
+	err = demoChildRun(ctx, cfg)
+	if err != nil && cfg.Role != "" {
+		err = chainRoleError{chainRoleName(cfg.Role), err}
+	}
+	return err
 }
 
 // demoConsumer is the state of one consumer child.
@@ -82,15 +126,7 @@ type demoConsumer struct {
 	closers []func()
 }
 
-func demoChild(ctx context.Context, path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var cfg demoChildConfig
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		return fmt.Errorf("configuration %s: %w", path, err)
-	}
+func demoChildRun(ctx context.Context, cfg demoChildConfig) error {
 	var dialer net.Dialer
 	nc, err := dialer.DialContext(ctx, "unix", cfg.ControlSock)
 	if err != nil {
@@ -128,6 +164,8 @@ func demoChild(ctx context.Context, path string) error {
 	done := make(chan error, 1)
 	go func() {
 		switch {
+		case cfg.Role == chainRelay:
+			done <- c.relay(cctx)
 		case cfg.Stomp != nil:
 			done <- c.consumeStomp(cctx)
 		case cfg.NATS != "":
@@ -183,12 +221,17 @@ func (c *demoConsumer) setup(ctx context.Context) error {
 	}
 	c.ledger = led
 	c.closers = append(c.closers, led.close)
+	if c.cfg.Role == chainRelay {
+		return nil // the relay reads consumer A's outbox; no pipeline
+	}
 	rc := receiver.Config{
 		Namespace: c.cfg.Namespace, MaxAttempts: c.cfg.MaxAttempts, Metrics: c.metrics,
 		// Retry fast: the demo's failures are injected, not overload.
 		Backoff: receiver.Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond},
 	}
-	if c.cfg.Guard != guardNone {
+	// Consumer B keys its deliveries on their outbox ids, not on the
+	// broker's producer sequences the connection audit tracks.
+	if c.cfg.Guard != guardNone && c.cfg.Role != chainB {
 		if c.audit, err = connaudit.New(connaudit.Options{}); err != nil {
 			return err
 		}
@@ -205,7 +248,14 @@ func (c *demoConsumer) setup(ctx context.Context) error {
 	}
 	switch c.cfg.Guard {
 	case guardInbox:
-		if err := c.setupInbox(ctx, &rc); err != nil {
+		setup := c.setupInbox
+		switch c.cfg.Role {
+		case chainA:
+			setup = c.setupChainA
+		case chainB:
+			setup = c.setupChainB
+		}
+		if err := setup(ctx, &rc); err != nil {
 			return err
 		}
 	case guardStore:
@@ -321,6 +371,13 @@ func (c *demoConsumer) stats() demoStats {
 // DeadLetter is a transaction: the copy to the DLQ + the ack of the
 // original.
 func (c *demoConsumer) consumeModel(ctx context.Context) error {
+	if c.cfg.Unordered {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 	for first := true; ctx.Err() == nil; first = false {
 		if !first {
 			c.metrics.Reconnects.Add(1)
@@ -331,6 +388,11 @@ func (c *demoConsumer) consumeModel(ctx context.Context) error {
 				return nil
 			}
 			return fmt.Errorf("broker model: %w", err)
+		}
+		if c.cfg.Role == chainB && !c.cfg.Unordered {
+			c.consumeOrdered(ctx, mc)
+			mc.Close()
+			continue
 		}
 		var wg sync.WaitGroup
 		for range c.cfg.Workers {

@@ -23,6 +23,9 @@ type demoProcs struct {
 	ctl    net.Listener
 	stderr io.Writer
 	base   demoChildConfig // every consumer's configuration
+	// name names the processes in errors: "consumer" when empty (with
+	// -chain: "consumer A", "relay", "consumer B").
+	name string
 
 	n    int        // consumers started
 	cur  *demoProc  // the running one, or nil
@@ -40,6 +43,14 @@ type demoProc struct {
 	readerDone chan struct{} // closed when its control connection is read to the end
 	mu         sync.Mutex
 	last       demoStats // its latest report
+}
+
+// what is the processes' name in errors.
+func (p *demoProcs) what() string {
+	if p.name == "" {
+		return "consumer"
+	}
+	return p.name
 }
 
 // demoStopTimeout bounds a graceful stop: the running handlers finish and
@@ -68,7 +79,7 @@ func (p *demoProcs) start(ctx context.Context, snapshotIn string) error {
 	cmd.Env = append(os.Environ(), demoChildEnv+"="+path)
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start consumer process: %w", err)
+		return fmt.Errorf("start %s process: %w", p.what(), err)
 	}
 	proc := &demoProc{n: p.n, cmd: cmd, exited: make(chan struct{}), readerDone: make(chan struct{})}
 	go func() { proc.err = cmd.Wait(); close(proc.exited) }()
@@ -76,7 +87,7 @@ func (p *demoProcs) start(ctx context.Context, snapshotIn string) error {
 	if err != nil {
 		_ = cmd.Process.Kill()
 		<-proc.exited
-		return fmt.Errorf("consumer process %d: %w (%v)", proc.n, err, proc.err)
+		return fmt.Errorf("%s process %d: %w (%v)", p.what(), proc.n, err, proc.err)
 	}
 	proc.ctrl = ctrl
 	go func() { defer close(proc.readerDone); readStats(ctrl, &proc.mu, &proc.last) }()
@@ -94,7 +105,7 @@ func (p *demoProcs) exitedByItself() error {
 	case <-p.cur.exited:
 		err := p.cur.err
 		p.end()
-		return fmt.Errorf("consumer process %d exited by itself (%v); its error is above", p.n, err)
+		return fmt.Errorf("%s process %d exited by itself (%v); its error is above", p.what(), p.n, err)
 	default:
 		return nil
 	}
@@ -112,7 +123,7 @@ func (p *demoProcs) kill() error {
 	<-cur.exited
 	p.end()
 	if ws, ok := cur.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		return fmt.Errorf("consumer process %d was to be killed with SIGKILL but ended with %v; its error is above", cur.n, cur.cmd.ProcessState)
+		return fmt.Errorf("%s process %d was to be killed with SIGKILL but ended with %v; its error is above", p.what(), cur.n, cur.cmd.ProcessState)
 	}
 	return nil
 }
@@ -125,17 +136,17 @@ func (p *demoProcs) stop() error {
 	cur := p.cur
 	if err := cur.ctrl.send(&wireFrame{Op: "stop"}); err != nil {
 		_ = p.kill()
-		return fmt.Errorf("stop consumer process %d: %w", cur.n, err)
+		return fmt.Errorf("stop %s process %d: %w", p.what(), cur.n, err)
 	}
 	select {
 	case <-cur.exited:
 	case <-time.After(demoStopTimeout):
 		_ = p.kill()
-		return fmt.Errorf("consumer process %d did not stop within %v", cur.n, demoStopTimeout)
+		return fmt.Errorf("%s process %d did not stop within %v", p.what(), cur.n, demoStopTimeout)
 	}
 	p.end()
 	if cur.err != nil {
-		return fmt.Errorf("consumer process %d: %v; its error is above", cur.n, cur.err)
+		return fmt.Errorf("%s process %d: %v; its error is above", p.what(), cur.n, cur.err)
 	}
 	return nil
 }

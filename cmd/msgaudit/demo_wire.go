@@ -20,14 +20,18 @@ package main
 //	{"op":"subscribe","dest":D,"prefetch":N}          subscribe to queue D (once per connection)
 //	{"op":"ack","tag":T}                               acknowledge delivery T
 //	{"op":"deadletter","tag":T,"headers":H,"body":B}  one transaction: a copy to the DLQ, and the ack of T
+//	{"op":"send","tag":T,"dest":D,"headers":H,"body":B} send a persistent message to queue D (the -chain relay)
 //
 // Parent to child:
 //
 //	{"op":"deliver","tag":T,"id":I,"dest":D,"redelivered":R,"ts":U,"headers":H,"body":B}
+//	{"op":"receipt","tag":T,"id":I}                    the message of send T is stored, as message id I
 //
-// Tags are per connection. An ack or dead letter of an unknown tag (one
-// already settled) is ignored, as a broker ignores a stale ack. An unknown
-// op or a malformed frame ends the connection.
+// Tags are per connection (a send's tag is the sender's own numbering). An
+// ack or dead letter of an unknown tag (one already settled) is ignored, as
+// a broker ignores a stale ack. A receipt is sent only once the model holds
+// the message: a sender that reads none (its connection died first) sends
+// again. An unknown op or a malformed frame ends the connection.
 //
 // # The control socket
 //
@@ -42,11 +46,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/acemq/msgaudit/cmd/msgaudit/internal/brokermodel"
+	"github.com/acemq/msgaudit/internal/outboxid"
 )
 
 // demoStatsEvery is how often a child reports its counters. A killed child's
@@ -137,12 +144,19 @@ type modelServer struct {
 
 	mu    sync.Mutex
 	conns map[*brokermodel.Conn]*wireConn
+	// roles says what each connection did: "sub:" and the queue it
+	// subscribed to, or "send" once it sent; "" before either.
+	roles map[*brokermodel.Conn]string
 	wg    sync.WaitGroup
+
+	sends   atomic.Uint64   // messages stored for senders
+	resends atomic.Uint64   // of which with an outbox id already stored
+	ids     map[string]bool // outbox ids stored, under mu
 }
 
 // serveModel starts serving b on ln; Close stops.
 func serveModel(b *brokermodel.Broker, ln net.Listener) *modelServer {
-	s := &modelServer{b: b, ln: ln, conns: map[*brokermodel.Conn]*wireConn{}}
+	s := &modelServer{b: b, ln: ln, conns: map[*brokermodel.Conn]*wireConn{}, roles: map[*brokermodel.Conn]string{}, ids: map[string]bool{}}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -173,6 +187,61 @@ func (s *modelServer) Cut() int {
 	return n
 }
 
+// setRole records what connection c does (see roles).
+func (s *modelServer) setRole(c *brokermodel.Conn, role string) {
+	s.mu.Lock()
+	s.roles[c] = role
+	s.mu.Unlock()
+}
+
+// live returns how many served connections have role.
+func (s *modelServer) live(role string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for c := range s.conns {
+		if s.roles[c] == role {
+			n++
+		}
+	}
+	return n
+}
+
+// waitGone waits until no served connection has role (a killed process's
+// connections are cut once the parent reads the end of its socket, and
+// what they had not acknowledged is back on the queue), for at most 5s.
+func (s *modelServer) waitGone(ctx context.Context, role string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for s.live(role) > 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the broker model still serves a connection of %s 5s after its process ended", role)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// stored counts a message stored for a sender, and a resend when its
+// outbox id was stored before.
+func (s *modelServer) stored(headers map[string]string) {
+	s.sends.Add(1)
+	id := headers[outboxid.Header]
+	if id == "" {
+		return
+	}
+	s.mu.Lock()
+	again := s.ids[id]
+	s.ids[id] = true
+	s.mu.Unlock()
+	if again {
+		s.resends.Add(1)
+	}
+}
+
 // Close stops accepting, closes every connection and waits for them.
 func (s *modelServer) Close() {
 	s.ln.Close()
@@ -201,6 +270,7 @@ func (s *modelServer) serve(nc net.Conn) {
 		wg.Wait()
 		s.mu.Lock()
 		delete(s.conns, conn)
+		delete(s.roles, conn)
 		s.mu.Unlock()
 	}()
 	var dmu sync.Mutex
@@ -228,6 +298,7 @@ func (s *modelServer) serve(nc net.Conn) {
 			if err != nil {
 				return
 			}
+			s.setRole(conn, "sub:"+f.Dest)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -266,6 +337,19 @@ func (s *modelServer) serve(nc net.Conn) {
 				err = tx.Commit()
 			}
 			if err != nil {
+				return
+			}
+		case "send":
+			if subscribed {
+				return // the demo's senders do not consume
+			}
+			s.setRole(conn, "send")
+			id, err := conn.Send(f.Dest, f.Body, brokermodel.SendOptions{Persistent: true, Headers: f.Headers})
+			if err != nil {
+				return
+			}
+			s.stored(f.Headers)
+			if wc.send(&wireFrame{Op: "receipt", Tag: f.Tag, ID: id}) != nil {
 				return
 			}
 		default:
