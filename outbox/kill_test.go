@@ -143,6 +143,14 @@ func TestSIGKILL(t *testing.T) {
 		}
 		// Two relays share the table; both are killed in turn.
 		procs := map[string]*exec.Cmd{"relay": start("relay"), "relay2": start("relay"), "sender": start("sender")}
+		t.Cleanup(func() { // a failed test leaves no child behind
+			for _, c := range procs {
+				if c.ProcessState == nil {
+					_ = c.Process.Signal(syscall.SIGKILL)
+					_ = c.Wait()
+				}
+			}
+		})
 		kills := map[string]int{}
 		kill := func(mode string) {
 			c := procs[mode]
