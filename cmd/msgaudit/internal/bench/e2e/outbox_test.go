@@ -86,7 +86,11 @@ func TestNewPlanOutbox(t *testing.T) {
 			[]string{"nats/bare-drain", "nats/outbox-drain"}, DefaultDrainMessages, ""},
 		{"drain: chosen backlog", with(func(o *Options) { o.Outbox = OutboxDrain; o.Messages = 5000; o.Brokers = []string{AMQP} }),
 			[]string{"amqp/bare-drain", "amqp/outbox-drain"}, 5000, ""},
-		{"a named variant brings its bare client", with(func(o *Options) { o.Outbox = OutboxLatency; o.Rate = 100; o.Variants = []string{"stomp/outbox-latency"} }),
+		{"a named variant brings its bare client", with(func(o *Options) {
+			o.Outbox = OutboxLatency
+			o.Rate = 100
+			o.Variants = []string{"stomp/outbox-latency"}
+		}),
 			[]string{"stomp/bare-latency", "stomp/outbox-latency"}, DefaultMessages, ""},
 		{"bare drain needs no database", with(func(o *Options) { o.Outbox = OutboxDrain; o.PostgresURL = ""; o.Variants = []string{"bare-drain"} }),
 			[]string{"stomp/bare-drain", "amqp/bare-drain", "nats/bare-drain"}, DefaultDrainMessages, ""},
