@@ -101,13 +101,14 @@ func (b *amqpBroker) consume(ctx context.Context, p *plan, v variant, n names, b
 		Concurrency:    p.Concurrency,
 		InFlight:       p.InFlight,
 		Pipeline:       p.pipeline(be, receiver.ConnAudit(a), cnt),
-		ConnectRetries: 5, // a broker busy with the previous run can refuse a first attempt
+		ConnectRetries: 5,         // a broker busy with the previous run can refuse a first attempt
+		Outbox:         be.outbox, // nil but in the outbox's send measurement
 	}
 	c, err := rabbitconsumer.New(cfg)
 	if err != nil {
 		return 0, err
 	}
-	err = runCounted(ctx, p, cnt, c.Run, c.Stats)
+	err = runCounted(ctx, p, cnt, c.Run, c.Stats, be.drained)
 	return cnt.handled(), err // counted after the run
 }
 

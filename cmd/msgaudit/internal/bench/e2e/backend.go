@@ -18,6 +18,7 @@ import (
 	"github.com/acemq/msgaudit/inbox/pgxinbox"
 	"github.com/acemq/msgaudit/internal/mysqlurl"
 	"github.com/acemq/msgaudit/internal/redact"
+	"github.com/acemq/msgaudit/outbox"
 	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,13 @@ type backend struct {
 	// effect is the effect variants' table, checked after the run; nil
 	// elsewhere.
 	effect *effectTable
+	// outbox is the consumer's Config.Outbox in the outbox's send
+	// measurement, its handler's messages going to sendTo (set by
+	// measure); drained waits until the outbox holds no message. nil
+	// elsewhere.
+	outbox  *outbox.Outbox
+	sendTo  string
+	drained func(ctx context.Context) error
 }
 
 // plainHandler counts and succeeds.
@@ -309,8 +317,40 @@ func (p *plan) effectBackend(ctx context.Context, k kind, n names) (*backend, er
 			}
 			return tx.Commit()
 		}
-	case k.isBareEffect():
+	case k.isBareEffect() || k == bareSendPostgres:
+		// bare-send-postgres: measure adds the publish.
 		be.apply = fx.exec
+	case k == outboxSendPostgres:
+		ib, err := inbox.New(ctx, fx.db, inbox.Options{Dialect: inbox.PostgreSQL, Table: n.ident, MaxBatch: p.InboxBatch, Linger: p.InboxLinger})
+		if err != nil {
+			return nil, errors.Join(err, fx.close(ctx))
+		}
+		ob, err := outbox.New(ctx, fx.db, outbox.Options{Dialect: inbox.PostgreSQL, Table: outboxTable(n)})
+		if err != nil {
+			return nil, errors.Join(err, fx.close(ctx))
+		}
+		// The relay's claims and marks and drained's samples beside the
+		// handlers' transactions.
+		fx.db.SetMaxOpenConns(2*p.Concurrency + 2)
+		fx.db.SetMaxIdleConns(2*p.Concurrency + 2)
+		be.inbox, be.outbox = ib, ob
+		be.close = func(ctx context.Context) error {
+			_, err := fx.db.ExecContext(ctx, `DROP TABLE IF EXISTS `+fx.quote(outboxTable(n)))
+			return errors.Join(ob.Close(), err, fx.close(ctx))
+		}
+		be.drained = func(ctx context.Context) error { return waitRelayed(ctx, ob, nil) }
+		be.handler = func(count func()) receiver.Handler {
+			return inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+				if _, err := tx.ExecContext(ctx, fx.insert, m.Key, string(m.Body)); err != nil {
+					return err
+				}
+				if err := ob.Send(ctx, tx, outbox.Message{Destination: be.sendTo, Body: m.Body}); err != nil {
+					return err
+				}
+				count()
+				return nil
+			})
+		}
 	case k.storeKind() != 0:
 		base, err := p.openBackend(ctx, k.storeKind(), n)
 		if err != nil {

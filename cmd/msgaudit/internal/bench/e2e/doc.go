@@ -114,6 +114,13 @@
 // fields the consumers would use, and the header line of the table names
 // them.
 //
+// Options.Outbox runs one of the transactional outbox's measurements
+// instead (send, drain, latency; the field's documentation and e2e.md
+// describe them): msgaudit's inbox and relay against bare clients that
+// publish with the broker's confirmation (a STOMP receipt, AMQP publisher
+// confirms, a JetStream PubAck), each output counted on the broker after
+// the run.
+//
 // Run the whole thing with cmd/msgaudit/internal/bench/e2e.sh (flags: go run ./cmd/msgaudit/internal/bench/e2e/cmd/e2e
 // -h); TestE2E runs the variants without an effect with 200 messages and
 // one round against the services the tests use, TestEffectBackends the

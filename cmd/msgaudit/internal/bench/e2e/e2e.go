@@ -79,14 +79,67 @@ const (
 	// autocommit, the inbox variant in its transaction.
 	bareEffectSQLite
 	inboxEffectSQLite
+	// The outbox's measurements (Options.Outbox): a consumer whose handler
+	// INSERTs a row and sends one message to a second queue (a bare
+	// client with autocommit and a confirmed publish before its ack, or
+	// msgaudit's inbox with Config.Outbox); a backlog of outbox rows
+	// drained by the relay, or the same messages published from memory
+	// by a bare client; transactions that send one message each at
+	// Options.Rate, timed from their COMMIT to a consumer of the output.
+	bareSendPostgres
+	outboxSendPostgres
+	bareDrain
+	outboxDrain
+	bareLatency
+	outboxLatency
 )
+
+// outboxMode is the Options.Outbox a kind is measured in, "" for the
+// kinds of the default run.
+func (k kind) outboxMode() string {
+	switch k {
+	case bareSendPostgres, outboxSendPostgres:
+		return OutboxSend
+	case bareDrain, outboxDrain:
+		return OutboxDrain
+	case bareLatency, outboxLatency:
+		return OutboxLatency
+	}
+	return ""
+}
+
+// anchor names the variant of the same broker and round that a
+// variant's Row.Ratio divides by: the broker's bare client, or, in the
+// outbox's measurements, the bare client doing the same thing.
+func (k kind) anchor() string {
+	switch k.outboxMode() {
+	case OutboxSend:
+		return "bare-send-postgres"
+	case OutboxDrain:
+		return "bare-drain"
+	case OutboxLatency:
+		return "bare-latency"
+	}
+	return "bare"
+}
+
+// isAnchor reports whether k is the bare client every other variant of
+// its measurement is divided by, and so always runs.
+func (k kind) isAnchor() bool {
+	switch k {
+	case bare, bareSendPostgres, bareDrain, bareLatency:
+		return true
+	}
+	return false
+}
 
 // effectDB names the database of an effect variant's writes: "postgres",
 // "mysql", "sqlite" or "" (the handler only counts).
 func (k kind) effectDB() string {
 	switch k {
 	case bareEffectPostgres, inboxEffectPostgres, bareInboxPostgres,
-		auditEffectPostgres, redisEffectPostgres, postgresEffectPostgres, pgxinboxEffectPostgres:
+		auditEffectPostgres, redisEffectPostgres, postgresEffectPostgres, pgxinboxEffectPostgres,
+		bareSendPostgres, outboxSendPostgres:
 		return "postgres"
 	case bareEffectMySQL, inboxEffectMySQL, bareInboxMySQL:
 		return "mysql"
@@ -106,7 +159,7 @@ func (k kind) isBareEffect() bool {
 // isBare reports whether k is consumed by a bare client.
 func (k kind) isBare() bool {
 	switch k {
-	case bare, bareEffectPostgres, bareEffectMySQL, bareEffectSQLite, bareInboxPostgres, bareInboxMySQL:
+	case bare, bareEffectPostgres, bareEffectMySQL, bareEffectSQLite, bareInboxPostgres, bareInboxMySQL, bareSendPostgres:
 		return true
 	}
 	return false
@@ -144,7 +197,8 @@ func (v variant) needs() []string {
 	if v.kind == redisStore || v.kind.storeKind() == redisStore {
 		out = append(out, "RedisURL")
 	}
-	if v.kind == postgresStore || v.kind == inboxPostgres || v.kind.effectDB() == "postgres" {
+	if v.kind == postgresStore || v.kind == inboxPostgres || v.kind.effectDB() == "postgres" ||
+		v.kind == outboxDrain || v.kind == bareLatency || v.kind == outboxLatency {
 		out = append(out, "PostgresURL")
 	}
 	if v.kind.effectDB() == "mysql" {
@@ -188,6 +242,33 @@ var allVariants = func() []variant {
 	}
 	return vs
 }()
+
+// outboxVariants are the variants of each outbox measurement
+// (Options.Outbox), in report order.
+var outboxVariants = func() map[string][]variant {
+	m := map[string][]variant{}
+	for _, b := range []string{STOMP, AMQP, NATS} {
+		m[OutboxSend] = append(m[OutboxSend], variant{b, "bare-send-postgres", bareSendPostgres}, variant{b, "outbox-send-postgres", outboxSendPostgres})
+		m[OutboxDrain] = append(m[OutboxDrain], variant{b, "bare-drain", bareDrain}, variant{b, "outbox-drain", outboxDrain})
+		m[OutboxLatency] = append(m[OutboxLatency], variant{b, "bare-latency", bareLatency}, variant{b, "outbox-latency", outboxLatency})
+	}
+	return m
+}()
+
+// reportVariants is every variant, the outbox's included, in report
+// order.
+var reportVariants = slices.Concat(allVariants, outboxVariants[OutboxSend], outboxVariants[OutboxDrain], outboxVariants[OutboxLatency])
+
+// OutboxVariants returns the names of the variants of one outbox
+// measurement (OutboxSend, OutboxDrain or OutboxLatency), in report
+// order; nil for another mode.
+func OutboxVariants(mode string) []string {
+	var out []string
+	for _, v := range outboxVariants[mode] {
+		out = append(out, v.id())
+	}
+	return out
+}
 
 // Variants returns the names of every variant, in report order:
 // "stomp/bare", "stomp/audit", "stomp/memory", "stomp/redis", …,
@@ -269,9 +350,47 @@ type Options struct {
 	// Tail also splits the time of the slowest 1 % into phases (through
 	// the receiver's Observer), to show what the 99th percentile waits on.
 	Rate float64
+	// Outbox, when set, runs one of the outbox's measurements instead of
+	// the consumers' variants (Variants then picks among OutboxVariants):
+	//
+	//   - OutboxSend: Messages pre-loaded, consumed by a handler that
+	//     INSERTs a row into PostgreSQL and sends one message to a second
+	//     queue (subject): msgaudit's inbox with Config.Outbox
+	//     (outbox-send-postgres), against a bare client with Concurrency
+	//     workers that INSERTs with autocommit, publishes with the
+	//     broker's confirmation and then acks (bare-send-postgres). The
+	//     clock stops when every input is acknowledged and every output
+	//     confirmed (msgaudit: the outbox's Backlog holds none); the
+	//     output queue must then hold Messages.
+	//   - OutboxDrain: a backlog of Messages outbox rows (default
+	//     DefaultDrainMessages), recorded untimed, drained by Outbox.Run
+	//     with the transport's Publisher (outbox-drain), against a bare
+	//     client publishing as many messages from memory with
+	//     DrainConcurrency goroutines, each publish confirmed
+	//     (bare-drain).
+	//   - OutboxLatency: Messages transactions at Rate per second, each
+	//     sending one message and committing; a consumer of the output
+	//     queue records each message's time from its COMMIT's return to
+	//     its receipt (p50, p99). msgaudit's relay runs in this process
+	//     (outbox-latency); the bare client INSERTs with autocommit and
+	//     then publishes with the broker's confirmation (bare-latency).
+	//
+	// Rate must be 0 for the first two and above 0 for OutboxLatency.
+	Outbox string
 	// Progress receives a line per measurement; nil discards them.
 	Progress io.Writer
 }
+
+// The outbox's measurements (Options.Outbox).
+const (
+	OutboxSend    = "send"
+	OutboxDrain   = "drain"
+	OutboxLatency = "latency"
+)
+
+// DefaultDrainMessages is the backlog of OutboxDrain when
+// Options.Messages is 0.
+const DefaultDrainMessages = 100000
 
 // plan is a validated Options with its variants resolved.
 type plan struct {
@@ -282,6 +401,26 @@ type plan struct {
 
 // newPlan validates o, fills in the defaults and resolves the variants.
 func newPlan(o Options) (*plan, error) {
+	pool := allVariants
+	switch o.Outbox {
+	case "":
+	case OutboxSend, OutboxDrain:
+		if o.Rate != 0 {
+			return nil, fmt.Errorf("%w: Outbox %q measures throughput; Rate must be 0", ErrOptions, o.Outbox)
+		}
+	case OutboxLatency:
+		if o.Rate <= 0 {
+			return nil, fmt.Errorf("%w: Outbox %q needs a Rate", ErrOptions, o.Outbox)
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown Outbox measurement %q (want %q, %q or %q)", ErrOptions, o.Outbox, OutboxSend, OutboxDrain, OutboxLatency)
+	}
+	if o.Outbox != "" {
+		pool = outboxVariants[o.Outbox]
+	}
+	if o.Outbox == OutboxDrain && o.Messages == 0 {
+		o.Messages = DefaultDrainMessages
+	}
 	for _, f := range []struct {
 		name string
 		v    *int
@@ -337,7 +476,7 @@ func newPlan(o Options) (*plan, error) {
 	wantBroker := map[string]bool{} // brokers with a variant asked for
 	for _, name := range o.Variants {
 		found := false
-		for _, v := range allVariants {
+		for _, v := range pool {
 			if name == v.id() || name == v.name {
 				found = true
 				if slices.Contains(brokers, v.broker) {
@@ -346,15 +485,19 @@ func newPlan(o Options) (*plan, error) {
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("%w: unknown variant %q (known: %s)", ErrOptions, name, strings.Join(Variants(), ", "))
+			known := make([]string, len(pool))
+			for i, v := range pool {
+				known[i] = v.id()
+			}
+			return nil, fmt.Errorf("%w: unknown variant %q (known: %s)", ErrOptions, name, strings.Join(known, ", "))
 		}
 	}
 	p := &plan{Options: o}
-	for _, v := range allVariants {
+	for _, v := range pool {
 		if !slices.Contains(brokers, v.broker) {
 			continue
 		}
-		if len(want) > 0 && !want[v.id()] && (v.kind != bare || !wantBroker[v.broker]) {
+		if len(want) > 0 && !want[v.id()] && (!v.kind.isAnchor() || !wantBroker[v.broker]) {
 			continue
 		}
 		p.variants = append(p.variants, v)
@@ -418,6 +561,10 @@ type Sample struct {
 	// table held after the run: checked to be Messages, each with a
 	// distinct key (the run fails otherwise); 0 for the others.
 	EffectRows int `json:"effect_rows,omitempty"`
+	// Sent, in the outbox's measurements, is the number of messages the
+	// output queue (stream) held after the run: checked to be Messages
+	// (the run fails otherwise).
+	Sent int `json:"sent,omitempty"`
 }
 
 // MachineCPU is the CPU time of the machine's processes during one
@@ -499,6 +646,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if s.EffectRows > 0 {
 				fx = fmt.Sprintf("; effect table: %d rows, %d distinct keys", s.EffectRows, s.EffectRows)
 			}
+			if s.Sent > 0 {
+				fx += fmt.Sprintf("; output: %d messages", s.Sent)
+			}
 			fmt.Fprintf(p.Progress, "round %d %-30s %8d msgs %7.2fs %9.0f msgs/s %6.1f µs CPU/msg%s%s%s\n",
 				round, v.id(), s.Messages, s.Seconds, s.Rate, s.CPUMicros, lat, s.Machine.progress(), fx)
 			rep.Samples = append(rep.Samples, s)
@@ -542,20 +692,29 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 	for i := range body {
 		body[i] = 'a' + byte(i%26)
 	}
-	var b broker
-	switch v.broker {
-	case STOMP:
-		b = &stompBroker{addr: p.StompAddr}
-	case NATS:
-		b = &natsBroker{url: p.NATSURL, emptyWait: natsEmptyWait}
-	default:
-		b = &amqpBroker{url: p.AMQPURL}
+	b := p.broker(v)
+	switch v.kind.outboxMode() {
+	case OutboxDrain:
+		return p.measureDrain(ctx, v, round, b.(outputs), n)
+	case OutboxLatency:
+		return p.measureLatency(ctx, v, round, b.(outputs), n)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		err = errors.Join(err, b.cleanup(cctx, n))
 	}()
+	out, sends := b.(outputs), v.kind.outboxMode() == OutboxSend
+	if sends {
+		if err := out.declareOut(ctx, n); err != nil {
+			return s, fmt.Errorf("declaring the output: %w", err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			err = errors.Join(err, out.cleanupOut(cctx, n))
+		}()
+	}
 	if p.Rate > 0 {
 		// Latency mode: the queue exists before the consumer starts; the
 		// messages are sent while it runs.
@@ -576,6 +735,25 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 			defer cancel()
 			err = errors.Join(err, be.close(cctx))
 		}()
+		if sends {
+			be.sendTo = out.outDest(n)
+		}
+		if v.kind == bareSendPostgres {
+			// The bare client's handler: the INSERT with autocommit,
+			// then a publish the broker confirms; it acks after both.
+			bp, err := out.barePublisher(ctx, n)
+			if err != nil {
+				return s, fmt.Errorf("the bare publisher: %w", err)
+			}
+			defer bp.close()
+			insert := be.apply
+			be.apply = func(ctx context.Context, key string, body []byte) error {
+				if err := insert(ctx, key, body); err != nil {
+					return err
+				}
+				return bp.publish(ctx, body)
+			}
+		}
 	}
 	broker, store := p.servers(v)
 	runtime.GC()
@@ -596,7 +774,8 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 	handled, err := b.consume(ctx, p, v, n, be, cnt)
 	elapsed := time.Since(start)
 	if t := cnt.lastAck.Load(); t > 0 { // NATS: the clock stops at the last ack written
-		elapsed = time.Unix(0, t).Sub(start)
+		// or, with an outbox, when every output was confirmed, if later
+		elapsed = time.Unix(0, max(t, cnt.outDone.Load())).Sub(start)
 	}
 	if sent != nil {
 		if serr := <-sent; serr != nil && err == nil {
@@ -621,6 +800,15 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 			return s, fmt.Errorf("after consuming: %w", err)
 		}
 	}
+	outRows := 0
+	if sends {
+		if outRows, err = out.countOut(ctx, n, p.Messages); err != nil {
+			return s, fmt.Errorf("counting the output: %w", err)
+		}
+		if outRows != p.Messages {
+			return s, fmt.Errorf("the output holds %d messages, want one per input (%d)", outRows, p.Messages)
+		}
+	}
 	s = Sample{
 		Broker:     v.broker,
 		Variant:    v.name,
@@ -630,6 +818,7 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 		Rate:       float64(p.Messages) / elapsed.Seconds(),
 		CPUMicros:  float64(cpu1-cpu0) / float64(time.Microsecond) / float64(p.Messages),
 		EffectRows: effectRows,
+		Sent:       outRows,
 	}
 	if haveProcs && haveProcs1 && haveStat {
 		s.Machine = machineCPU(procs0, procs1, stat0, stat1, broker, store, os.Getpid(), p.Messages)
@@ -643,6 +832,17 @@ func (p *plan) measure(ctx context.Context, v variant, round int) (s Sample, err
 		}
 	}
 	return s, nil
+}
+
+// broker returns the broker side of v.
+func (p *plan) broker(v variant) broker {
+	switch v.broker {
+	case STOMP:
+		return &stompBroker{addr: p.StompAddr}
+	case NATS:
+		return &natsBroker{url: p.NATSURL, emptyWait: natsEmptyWait}
+	}
+	return &amqpBroker{url: p.AMQPURL}
 }
 
 // servers returns the processes a variant's broker and the servers of its
@@ -731,15 +931,24 @@ type broker interface {
 }
 
 // runCounted runs a msgaudit consumer (run is its Run, stats its Stats)
-// until cnt reaches its target, stops it gracefully and checks that it ran
-// cleanly: one connection, and no retry, dead letter, lost, dropped or
-// stale delivery and no failed acknowledgement.
-func runCounted(ctx context.Context, p *plan, cnt *counter, run func(context.Context) error, stats func() receiver.TransportStats) error {
+// until cnt reaches its target and then, when drained is not nil, until
+// drained returns (the outbox has relayed every message: cnt.outDone),
+// stops it gracefully and checks that it ran cleanly: one connection, and
+// no retry, dead letter, lost, dropped or stale delivery and no failed
+// acknowledgement.
+func runCounted(ctx context.Context, p *plan, cnt *counter, run func(context.Context) error, stats func() receiver.TransportStats, drained func(context.Context) error) error {
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	ran := make(chan error, 1)
 	go func() { ran <- run(rctx) }()
 	werr := cnt.wait(ctx, ran, p.Timeout)
+	if werr == nil && drained != nil {
+		dctx, cancel := context.WithTimeout(ctx, p.Timeout)
+		if werr = drained(dctx); werr == nil {
+			cnt.outDone.Store(time.Now().UnixNano())
+		}
+		cancel()
+	}
 	stop()
 	if werr != nil {
 		return werr
@@ -765,6 +974,9 @@ type counter struct {
 	// nanoseconds), for a broker whose clock stops there (NATS); 0
 	// elsewhere.
 	lastAck atomic.Int64
+	// outDone is when the outbox was seen holding no message (Unix
+	// nanoseconds), for a variant with one; 0 elsewhere.
+	outDone atomic.Int64
 }
 
 // acked records that an acknowledgement was written now.

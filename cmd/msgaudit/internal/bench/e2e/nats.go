@@ -143,13 +143,14 @@ func (b *natsBroker) consume(ctx context.Context, p *plan, v variant, n names, b
 		InFlight:          p.inFlight(),
 		Pipeline:          pipeline,
 		DeadLetterSubject: natsDLQSubject(n),
-		ConnectRetries:    5, // a server busy with the previous run can refuse a first attempt
+		ConnectRetries:    5,         // a server busy with the previous run can refuse a first attempt
+		Outbox:            be.outbox, // nil but in the outbox's send measurement
 	}
 	c, err := natsconsumer.New(cfg)
 	if err != nil {
 		return 0, err
 	}
-	err = runCounted(ctx, p, cnt, c.Run, c.Stats)
+	err = runCounted(ctx, p, cnt, c.Run, c.Stats, be.drained)
 	return cnt.handled(), err // counted after the run
 }
 

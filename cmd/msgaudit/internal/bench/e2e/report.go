@@ -37,6 +37,9 @@ type Report struct {
 	// Rate is Options.Rate: the offered msgs/s of latency mode, 0 for
 	// throughput mode.
 	Rate float64 `json:"offered_msgs_per_s,omitempty"`
+	// Outbox is Options.Outbox: the outbox measurement run, "" for the
+	// consumers' variants.
+	Outbox string `json:"outbox,omitempty"`
 	// CPUProfile names the file a CPU profile of the whole run went to
 	// ("" for none); the caller that profiled the run sets it. Profiling
 	// adds to the client's CPU time.
@@ -102,6 +105,7 @@ func newReport(p *plan) *Report {
 		InboxBatch:  p.InboxBatch,
 		InboxLinger: p.InboxLinger,
 		Rate:        p.Rate,
+		Outbox:      p.Outbox,
 		CPUs:        runtime.NumCPU(),
 		CPUModel:    cpuModel(),
 		GoVersion:   runtime.Version(),
@@ -158,12 +162,14 @@ func (r *Report) summarize() {
 		broker string
 		round  int
 	}
-	bareRate := map[key]float64{}
+	type anchorKey struct {
+		broker, variant string
+		round           int
+	}
+	anchorRate := map[anchorKey]float64{}      // every sample's rate, by variant
 	effectRate := map[key]map[string]float64{} // bare-effect-DB rates
 	for _, s := range r.Samples {
-		if s.Variant == "bare" {
-			bareRate[key{s.Broker, s.Round}] = s.Rate
-		}
+		anchorRate[anchorKey{s.Broker, s.Variant, s.Round}] = s.Rate
 		if db, ok := strings.CutPrefix(s.Variant, "bare-effect-"); ok {
 			k := key{s.Broker, s.Round}
 			if effectRate[k] == nil {
@@ -173,7 +179,7 @@ func (r *Report) summarize() {
 		}
 	}
 	r.Rows = r.Rows[:0]
-	for _, v := range allVariants {
+	for _, v := range reportVariants {
 		var rates, ratios, effectRatios, cpus, p50s, p99s []float64
 		var machine []*MachineCPU
 		var tails []*Tail
@@ -192,7 +198,7 @@ func (r *Report) summarize() {
 			if s.Tail != nil {
 				tails = append(tails, s.Tail)
 			}
-			if b := bareRate[key{s.Broker, s.Round}]; b > 0 {
+			if b := anchorRate[anchorKey{s.Broker, v.kind.anchor(), s.Round}]; b > 0 {
 				ratios = append(ratios, s.Rate/b)
 			}
 			if db := v.kind.effectDB(); db != "" && !v.kind.isBareEffect() {
@@ -338,6 +344,30 @@ func variantTitle(b, v string) string {
 		return "bare client + INSERT into an SQLite file, synchronous=FULL (autocommit, Concurrency workers, ack after the commit)"
 	case "inbox-effect-sqlite":
 		return "msgaudit, inbox on SQLite, synchronous=FULL + the same INSERT in its transaction"
+	case "bare-send-postgres":
+		switch b {
+		case STOMP:
+			return "bare go-stomp client: INSERT (autocommit), SEND persistent with receipt, ACK (Concurrency workers)"
+		case NATS:
+			return "bare nats.go client: INSERT (autocommit), JetStream Publish awaiting the PubAck, Ack (Concurrency workers)"
+		}
+		return "bare amqp091-go client: INSERT (autocommit), publish in confirm mode awaiting the confirm, ack (Concurrency workers)"
+	case "outbox-send-postgres":
+		return "msgaudit, inbox on PostgreSQL + the same INSERT and an outbox Send in its transaction, Config.Outbox relaying"
+	case "bare-drain":
+		switch b {
+		case STOMP:
+			return fmt.Sprintf("bare go-stomp client: SEND persistent with receipt, %d goroutines on one connection", DrainConcurrency)
+		case NATS:
+			return fmt.Sprintf("bare nats.go client: JetStream Publish awaiting the PubAck, %d goroutines", DrainConcurrency)
+		}
+		return fmt.Sprintf("bare amqp091-go client: publish awaiting its confirm, %d goroutines on one confirm-mode channel", DrainConcurrency)
+	case "outbox-drain":
+		return "msgaudit, outbox.Run with the transport's Publisher (Concurrency 32)"
+	case "bare-latency":
+		return "bare client: INSERT (autocommit), then a confirmed publish"
+	case "outbox-latency":
+		return "msgaudit, outbox Send and COMMIT, the relay in this process"
 	}
 	return v
 }
@@ -363,8 +393,21 @@ func (r *Report) Markdown(w io.Writer) error {
 	if r.Rate > 0 {
 		loaded = fmt.Sprintf("persistent messages sent at %s msgs/s while the consumer ran (latency mode: p50/p99 from send to settlement)", thousands(r.Rate))
 	}
-	fmt.Fprintf(&b, "%d %s of %d bytes per variant and round, %d round(s) interleaved; msgaudit: Concurrency %d, Prefetch %d, InFlight %d%s; bare clients: prefetch %d, one goroutine (with an effect: Concurrency workers). %d CPUs (%s), %s, %s.",
-		r.Messages, loaded, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.InFlight, extra, r.Prefetch, r.CPUs, orUnknown(r.CPUModel), r.GoVersion, r.Date.Format("2006-01-02 15:04 MST"))
+	machineLine := fmt.Sprintf("%d CPUs (%s), %s, %s.", r.CPUs, orUnknown(r.CPUModel), r.GoVersion, r.Date.Format("2006-01-02 15:04 MST"))
+	switch r.Outbox {
+	case OutboxSend:
+		fmt.Fprintf(&b, "Outbox, consumer sends: %d persistent messages of %d bytes per variant and round, %d round(s) interleaved; each one INSERTs a row into PostgreSQL and sends one message to a second queue (subject) with the broker's confirmation; the clock stops when every input is acknowledged and every output confirmed (msgaudit: the outbox's Backlog holds none), and the output then holds one message per input. msgaudit: Concurrency %d, Prefetch %d, InFlight %d%s, relay Concurrency 32; bare clients: prefetch %d, Concurrency workers. %s",
+			r.Messages, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.InFlight, extra, r.Prefetch, machineLine)
+	case OutboxDrain:
+		fmt.Fprintf(&b, "Outbox, drain: a backlog of %d messages of %d bytes per variant and round, %d round(s) interleaved: msgaudit's relay drains %d pending outbox rows until the outbox's Backlog holds none; the bare client publishes as many from memory, %d at once, each confirmed by the broker. %s",
+			r.Messages, r.BodyBytes, r.Rounds, r.Messages, DrainConcurrency, machineLine)
+	case OutboxLatency:
+		fmt.Fprintf(&b, "Outbox, latency: %d transactions per variant and round at %s/s, %d round(s) interleaved, each sending one message of %d bytes; p50/p99 from the COMMIT's return (bare: the INSERT's, autocommit) to the message's arrival at a consumer of the output queue (subject); msgaudit's relay runs in the senders' process. %s",
+			r.Messages, thousands(r.Rate), r.Rounds, r.BodyBytes, machineLine)
+	default:
+		fmt.Fprintf(&b, "%d %s of %d bytes per variant and round, %d round(s) interleaved; msgaudit: Concurrency %d, Prefetch %d, InFlight %d%s; bare clients: prefetch %d, one goroutine (with an effect: Concurrency workers). %s",
+			r.Messages, loaded, r.BodyBytes, r.Rounds, r.Concurrency, r.Prefetch, r.InFlight, extra, r.Prefetch, machineLine)
+	}
 	if r.CPUProfile != "" {
 		fmt.Fprintf(&b, " CPU profile of the run: %s.", r.CPUProfile)
 	}
@@ -403,6 +446,9 @@ func (r *Report) Markdown(w io.Writer) error {
 		}
 		b.WriteString("\n")
 	}
+	if sent := r.sentChecked(); sent > 0 {
+		fmt.Fprintf(&b, "\nOutput check: after each of the %d runs, exactly %d messages had reached the output queue (stream), one per message sent; a run that loses or repeats one fails.\n", sent, r.Messages)
+	}
 	if checked := r.effectChecked(); checked > 0 {
 		fmt.Fprintf(&b, "\nEffect check: after each of the %d runs of an effect variant, its table held exactly one row per message (COUNT(*) and COUNT(DISTINCT key) both %d; the key is the primary key); a run that loses or repeats an effect fails.\n", checked, r.Messages)
 	}
@@ -425,6 +471,17 @@ func (r *Report) effectChecked() int {
 	n := 0
 	for _, s := range r.Samples {
 		if s.EffectRows > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// sentChecked is the number of samples whose output was counted.
+func (r *Report) sentChecked() int {
+	n := 0
+	for _, s := range r.Samples {
+		if s.Sent > 0 {
 			n++
 		}
 	}

@@ -85,7 +85,8 @@ func (b *stompBroker) consume(ctx context.Context, p *plan, v variant, n names, 
 		InFlight:              p.InFlight,
 		Pipeline:              p.pipeline(be, nil, cnt), // nil: the consumer's default audit
 		DeadLetterDestination: dlqDest(n),
-		ConnectRetries:        5, // a broker busy with the previous run can refuse a first STOMP CONNECT
+		ConnectRetries:        5,         // a broker busy with the previous run can refuse a first STOMP CONNECT
+		Outbox:                be.outbox, // nil but in the outbox's send measurement
 		Subscriptions: []stompconsumer.Subscription{{
 			Destination: queueDest(n),
 			Handler:     be.handler(cnt.inc),
@@ -95,7 +96,7 @@ func (b *stompBroker) consume(ctx context.Context, p *plan, v variant, n names, 
 	if err != nil {
 		return 0, err
 	}
-	err = runCounted(ctx, p, cnt, c.Run, c.Stats)
+	err = runCounted(ctx, p, cnt, c.Run, c.Stats, be.drained)
 	return cnt.handled(), err // counted after the run
 }
 

@@ -4,6 +4,15 @@
 //
 //	go run ./cmd/msgaudit/internal/bench/e2e/cmd/e2e [-n 20000] [-rounds 3] [-brokers stomp,amqp,nats] [-variants bare,redis,...] [-json out.json]
 //	                           [-store-batch N] [-store-linger D] [-cpuprofile FILE]
+//	go run ./cmd/msgaudit/internal/bench/e2e/cmd/e2e -outbox send|drain|latency [-n N] [-rate R] ...
+//
+// -outbox runs one of the outbox's measurements instead of the consumers'
+// variants: send (a handler INSERTs and sends one message; msgaudit's
+// inbox with Config.Outbox against a bare client publishing with the
+// broker's confirmation), drain (a backlog of -n outbox rows, default
+// 100,000, drained by the relay, against a bare client publishing as many
+// from memory) or latency (-n transactions at -rate, each sending one
+// message; p50/p99 from COMMIT to a consumer of the output).
 //
 // The services come from the variables the tests read: MSGAUDIT_STOMP_ADDR,
 // MSGAUDIT_AMQP_URL, MSGAUDIT_NATS_URL, MSGAUDIT_REDIS_URL,
@@ -44,7 +53,7 @@ func list(s string) []string {
 
 func run() (err error) {
 	var o e2e.Options
-	var brokers, variants, jsonPath, cpuProfile string
+	var brokers, variants, jsonPath, cpuProfile, outboxMode string
 	fs := flag.NewFlagSet("e2e", flag.ContinueOnError)
 	fs.IntVar(&o.Messages, "n", e2e.DefaultMessages, "messages per variant and round")
 	fs.IntVar(&o.Rounds, "rounds", e2e.DefaultRounds, "rounds (variants interleaved round-robin)")
@@ -61,6 +70,9 @@ func run() (err error) {
 	fs.DurationVar(&o.Timeout, "timeout", e2e.DefaultTimeout, "bound on one variant's consumption")
 	fs.StringVar(&brokers, "brokers", "stomp,amqp,nats", "comma-separated brokers: stomp, amqp, nats")
 	fs.StringVar(&variants, "variants", "", "comma-separated variants (default all): "+strings.Join(e2e.Variants(), ", ")+"; a bare name such as redis means it on every broker; each broker's bare client always runs")
+	fs.StringVar(&outboxMode, "outbox", "", "run one of the outbox's measurements instead of the consumers' variants: "+e2e.OutboxSend+" ("+strings.Join(e2e.OutboxVariants(e2e.OutboxSend), ", ")+"), "+
+		e2e.OutboxDrain+" (-n is the backlog, default "+fmt.Sprint(e2e.DefaultDrainMessages)+"; "+strings.Join(e2e.OutboxVariants(e2e.OutboxDrain), ", ")+") or "+
+		e2e.OutboxLatency+" (needs -rate; "+strings.Join(e2e.OutboxVariants(e2e.OutboxLatency), ", ")+"); -variants then picks among these")
 	fs.StringVar(&jsonPath, "json", "", "also write the full report (every sample) as JSON to this file")
 	fs.StringVar(&o.StompAddr, "stomp", os.Getenv("MSGAUDIT_STOMP_ADDR"), "ActiveMQ STOMP address host:port")
 	fs.StringVar(&o.AMQPURL, "amqp", os.Getenv("MSGAUDIT_AMQP_URL"), "RabbitMQ URL")
@@ -74,7 +86,12 @@ func run() (err error) {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	o.Brokers, o.Variants = list(brokers), list(variants)
+	o.Brokers, o.Variants, o.Outbox = list(brokers), list(variants), outboxMode
+	nSet := false
+	fs.Visit(func(f *flag.Flag) { nSet = nSet || f.Name == "n" })
+	if outboxMode == e2e.OutboxDrain && !nSet {
+		o.Messages = 0 // the drain's default backlog
+	}
 	o.Progress = os.Stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
