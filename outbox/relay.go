@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/acemq/msgaudit/inbox"
@@ -21,7 +22,31 @@ type row struct {
 	id       string
 	m        Message
 	attempts int
+	size     int64 // body and header bytes, held in memory until recorded
+	c        *claim
 	err      error // the publish's outcome
+}
+
+// claim is one claim's lease: its token, and the context its publishes
+// run in, which ends at half the lease and is released once every row
+// of the claim has been recorded.
+type claim struct {
+	token  string
+	ctx    context.Context
+	cancel context.CancelFunc
+	rows   atomic.Int32 // rows not yet recorded
+}
+
+// recorded counts row rw recorded: its bytes are free again.
+func (r *relay) recorded(rw *row) {
+	if rw.c.rows.Add(-1) == 0 {
+		rw.c.cancel()
+	}
+	r.held.Add(-rw.size)
+	select {
+	case r.freed <- struct{}{}:
+	default:
+	}
 }
 
 // Run is a relay: it publishes the committed messages with p, each once
@@ -32,35 +57,61 @@ type row struct {
 // a message waits while an earlier one of its key is pending, and goes
 // once that one is sent or parked.
 //
-// A relay killed between a publish and its mark leaves the row to be
-// published again, with the same id, once its lease has passed: the
-// receiving side absorbs the resend (JetStream's duplicate window, the
-// consumers' keys). A message the broker refuses (ErrRefused) is retried
-// with a growing delay and parked after Options.MaxAttempts refusals,
-// with the error as its reason; other errors are retried without limit.
-// Run wakes at once for messages Send recorded in this process and looks
-// for others' every 100ms.
+// The relay works as a pipeline: it takes the next rows while the last
+// ones are still being published, keeps Options.Concurrency publishes in
+// flight, and marks the confirmed ones in batches, within 2ms of their
+// confirmation. A relay killed between a publish and its mark leaves the
+// row to be published again, with the same id, once its lease has passed:
+// the receiving side absorbs the resend (JetStream's duplicate window,
+// the consumers' keys). A message the broker refuses (ErrRefused) is
+// retried with a growing delay and parked after Options.MaxAttempts
+// refusals, with the error as its reason; other errors are retried
+// without limit. Run wakes at once for messages Send recorded in this
+// process and looks for others' every 100ms.
 func (ob *Outbox) Run(ctx context.Context, p Publisher) error {
 	if p == nil {
 		return fmt.Errorf("%w: nil Publisher", ErrConfig)
 	}
-	r := &relay{ob: ob, p: p}
+	r := &relay{ob: ob, p: p, ctx: ctx, results: make(chan *row, claimBatch+ob.o.Concurrency), freed: make(chan struct{}, 1)}
+	recorded := make(chan struct{})
+	go r.record(recorded)
+	sem := make(chan struct{}, ob.o.Concurrency)
+	var publishing sync.WaitGroup
+	defer func() {
+		publishing.Wait()
+		close(r.results)
+		<-recorded
+	}()
 	quick := time.Duration(0) // the wait after a wake: the sender may not have committed yet
 	for {
 		if ctx.Err() != nil {
 			return nil
+		}
+		if n := r.failing.Load(); n > 0 && !sleep(ctx, backoff(int(n))) {
+			return nil
+		}
+		// The rows in flight hold claimBytes at most: past it, the next
+		// claim waits for some to be recorded.
+		for r.held.Load() >= claimBytes {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.freed:
+			}
 		}
 		rows, err := r.claim(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
+			r.claimFails++
 			ob.log.Warn("outbox: relay: taking messages failed; retrying", "err", logkey.Error(err))
-			if !sleep(ctx, r.backoff()) {
+			if !sleep(ctx, backoff(r.claimFails)) {
 				return nil
 			}
 			continue
 		}
+		r.claimFails = 0
 		if len(rows) == 0 {
 			wait := poll
 			if quick > 0 {
@@ -82,32 +133,54 @@ func (ob *Outbox) Run(ctx context.Context, p Publisher) error {
 			continue
 		}
 		quick = time.Millisecond
-		if err := r.publish(ctx, rows); err != nil {
-			if ctx.Err() != nil {
-				return nil
+		for _, rw := range rows {
+			if rw.err == nil {
+				acquired := false
+				select {
+				case sem <- struct{}{}:
+					acquired = true
+				case <-rw.c.ctx.Done():
+				}
+				if err := rw.c.ctx.Err(); err != nil {
+					// Stopped, or half the lease gone before its turn:
+					// it goes back at once, unpublished.
+					if acquired {
+						<-sem
+					}
+					rw.err = fmt.Errorf("not published: %w", err)
+				}
 			}
-			ob.log.Warn("outbox: relay: recording what was sent failed; those messages will be sent again", "err", logkey.Error(err))
-			if !sleep(ctx, r.backoff()) {
-				return nil
+			if rw.err != nil {
+				r.results <- rw
+				continue
 			}
+			publishing.Add(1)
+			go func() {
+				defer publishing.Done()
+				rw.err = r.p.Publish(rw.c.ctx, rw.id, rw.m)
+				<-sem
+				r.results <- rw
+			}()
 		}
 	}
 }
 
 // relay is one Run's state.
 type relay struct {
-	ob      *Outbox
-	p       Publisher
-	token   string
-	claimed time.Time // when the current claim was taken
-	fails   int       // consecutive transient failures, for backoff
+	ob         *Outbox
+	p          Publisher
+	ctx        context.Context // Run's
+	results    chan *row       // published or failed rows, to record
+	failing    atomic.Int32    // consecutive transient failures: the claims wait
+	held       atomic.Int64    // bytes of the rows claimed and not yet recorded
+	freed      chan struct{}   // signalled when rows are recorded
+	claimFails int
 }
 
-// backoff is the delay after a failure: 100ms doubling to 5s, with jitter.
-func (r *relay) backoff() time.Duration {
-	r.fails++
-	d := 100 * time.Millisecond << min(r.fails-1, 6)
-	d = min(d, 5*time.Second)
+// backoff is the delay after n failures in a row: 100ms doubling to 5s,
+// with jitter.
+func backoff(n int) time.Duration {
+	d := min(100*time.Millisecond<<min(max(n, 1)-1, 6), 5*time.Second)
 	return d/2 + rand.N(d/2+1)
 }
 
@@ -141,7 +214,8 @@ func (r *relay) claim(ctx context.Context) ([]*row, error) {
 		return nil, err
 	}
 	var rows []*row
-	budget := claimBytes
+	held := r.held.Load()
+	budget := claimBytes - held
 	for q.Next() {
 		var (
 			rw      row
@@ -153,9 +227,10 @@ func (r *relay) claim(ctx context.Context) ([]*row, error) {
 			q.Close()
 			return nil, err
 		}
-		// The claim holds at most claimBytes of bodies and headers in
-		// memory (and always one row): the rest wait for the next claim.
-		if budget -= size + int64(len(headers)); budget < 0 && len(rows) > 0 {
+		// The relay holds at most claimBytes of bodies and headers in
+		// memory (always one row when it holds none): the rest wait.
+		rw.size = size + int64(len(headers))
+		if budget -= rw.size; budget < 0 && (len(rows) > 0 || held > 0) {
 			break
 		}
 		rw.m.OrderKey = key.String
@@ -173,14 +248,29 @@ func (r *relay) claim(ctx context.Context) ([]*row, error) {
 	if len(rows) == 0 {
 		return nil, tx.Commit()
 	}
-	r.token, r.claimed = outboxid.Random(), now
+	c := &claim{token: outboxid.Random()}
+	c.rows.Store(int32(len(rows)))
+	// Every publish of the claim ends by half its lease, so its marks
+	// land before another relay may take the rows.
+	c.ctx, c.cancel = context.WithDeadline(r.ctx, now.Add(ob.o.Lease/2))
+	var size int64
+	for _, rw := range rows {
+		rw.c = c
+		size += rw.size
+	}
+	r.held.Add(size)
+	fail := func(err error) ([]*row, error) { // the rows go back when the transaction rolls back
+		c.cancel()
+		r.held.Add(-size)
+		return nil, err
+	}
 	args := make([]any, 0, len(rows)+2)
-	args = append(args, r.token, now.Add(ob.o.Lease).UnixMicro())
+	args = append(args, c.token, now.Add(ob.o.Lease).UnixMicro())
 	for _, rw := range rows {
 		args = append(args, rw.seq)
 	}
 	if _, err := tx.ExecContext(ctx, ob.s.lease(len(rows)), args...); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	bySeq := make(map[int64]*row, len(rows))
 	for _, rw := range rows {
@@ -188,110 +278,125 @@ func (r *relay) claim(ctx context.Context) ([]*row, error) {
 	}
 	bq, err := tx.QueryContext(ctx, ob.s.bodies(len(rows)), args[2:]...)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	for bq.Next() {
 		var seq int64
 		var body []byte
 		if err := bq.Scan(&seq, &body); err != nil {
 			bq.Close()
-			return nil, err
+			return fail(err)
 		}
 		if rw := bySeq[seq]; rw != nil {
 			rw.m.Body = body
 		}
 	}
 	if err := bq.Close(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if err := bq.Err(); err != nil {
-		return nil, err
+		return fail(err)
 	}
-	return rows, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return fail(err)
+	}
+	return rows, nil
 }
 
-// publish publishes rows, Concurrency at a time, and records the outcomes.
-func (r *relay) publish(ctx context.Context, rows []*row) error {
+// markEvery is how long a confirmed row waits at most for its mark, which
+// batches the marks of rows confirmed together.
+const markEvery = 2 * time.Millisecond
+
+// record records the outcomes of r.results until it is closed: confirmed
+// rows are marked sent in batches, refused ones retried later or parked,
+// the others released for a later attempt.
+func (r *relay) record(done chan<- struct{}) {
+	defer close(done)
 	ob := r.ob
-	// Every publish of the claim ends by half its lease, so the marks land
-	// before another relay may take the rows: a row whose turn comes
-	// later is not published and goes back at once.
-	pctx, cancel := context.WithDeadline(ctx, r.claimed.Add(ob.o.Lease/2))
-	defer cancel()
-	sem := make(chan struct{}, ob.o.Concurrency)
-	var wg sync.WaitGroup
-	for _, rw := range rows {
-		if rw.err != nil {
-			continue
+	sent := map[*claim][]any{}
+	var held []*row // rows whose mark is pending, to count as recorded after it
+	n := 0
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	flush := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		now := time.Now().UnixMicro()
+		for c, seqs := range sent {
+			for len(seqs) > 0 {
+				k := min(len(seqs), claimBatch)
+				args := append([]any{now, c.token}, seqs[:k]...)
+				if _, err := ob.db.ExecContext(ctx, ob.s.sent(k), args...); err != nil {
+					ob.log.Warn("outbox: relay: recording what was sent failed; those messages will be sent again", "err", logkey.Error(err))
+				}
+				seqs = seqs[k:]
+			}
 		}
-		sem <- struct{}{}
-		if err := pctx.Err(); err != nil {
-			<-sem
-			rw.err = fmt.Errorf("not published within half the lease: %w", err)
-			continue
+		clear(sent)
+		for _, rw := range held {
+			r.recorded(rw)
 		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			rw.err = r.p.Publish(pctx, rw.id, rw.m)
-		}()
+		held, n = held[:0], 0
 	}
-	wg.Wait()
-	// The outcomes are recorded even when ctx ended: a message the
-	// broker confirmed is marked sent now rather than sent again later.
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	now := time.Now()
-	sent := make([]any, 0, len(rows)+2)
-	sent = append(sent, now.UnixMicro(), r.token)
-	transient := false
-	var firstErr error
-	for _, rw := range rows {
-		switch {
-		case rw.err == nil:
-			sent = append(sent, rw.seq)
-			continue
-		case errors.Is(rw.err, ErrRefused):
-			reason := logkey.Error(rw.err)
-			if rw.attempts+1 >= ob.o.MaxAttempts {
-				ob.log.Warn("outbox: relay: message parked after the broker refused it", "id", rw.id,
-					"destination", logkey.String(rw.m.Destination), "attempts", rw.attempts+1, "reason", reason)
-				if _, err := ob.db.ExecContext(dctx, ob.s.park(), now.UnixMicro(), reason, rw.seq, r.token); err != nil && firstErr == nil {
-					firstErr = err
+	for {
+		select {
+		case rw, ok := <-r.results:
+			if !ok {
+				flush()
+				return
+			}
+			if rw.err == nil {
+				r.failing.Store(0)
+				if n == 0 {
+					timer.Reset(markEvery)
+				}
+				sent[rw.c] = append(sent[rw.c], rw.seq)
+				held = append(held, rw)
+				if n++; n >= claimBatch {
+					timer.Stop()
+					flush()
 				}
 				continue
 			}
-			due := now.Add(min(100*time.Millisecond<<min(rw.attempts, 10), time.Minute))
-			if _, err := ob.db.ExecContext(dctx, ob.s.retry(), due.UnixMicro(), reason, 1, rw.seq, r.token); err != nil && firstErr == nil {
-				firstErr = err
-			}
-		default:
-			transient = true
-			due := now.Add(min(100*time.Millisecond<<min(r.fails, 6), 5*time.Second))
-			if _, err := ob.db.ExecContext(dctx, ob.s.retry(), due.UnixMicro(), logkey.Error(rw.err), 0, rw.seq, r.token); err != nil && firstErr == nil {
-				firstErr = err
-			}
+			r.failed(rw)
+			r.recorded(rw)
+		case <-timer.C:
+			flush()
 		}
 	}
-	if len(sent) > 2 {
-		if _, err := ob.db.ExecContext(dctx, ob.s.sent(len(sent)-2), sent...); err != nil && firstErr == nil {
-			firstErr = err
+}
+
+// failed records a row whose publish failed.
+func (r *relay) failed(rw *row) {
+	ob := r.ob
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	now := time.Now()
+	var err error
+	switch {
+	case errors.Is(rw.err, ErrRefused):
+		reason := logkey.Error(rw.err)
+		if rw.attempts+1 >= ob.o.MaxAttempts {
+			ob.log.Warn("outbox: relay: message parked after the broker refused it", "id", rw.id,
+				"destination", logkey.String(rw.m.Destination), "attempts", rw.attempts+1, "reason", reason)
+			_, err = ob.db.ExecContext(ctx, ob.s.park(), now.UnixMicro(), reason, rw.seq, rw.c.token)
+			break
 		}
-	}
-	if transient {
-		var example error
-		for _, rw := range rows {
-			if rw.err != nil && !errors.Is(rw.err, ErrRefused) {
-				example = rw.err
-				break
+		due := now.Add(min(100*time.Millisecond<<min(rw.attempts, 10), time.Minute))
+		_, err = ob.db.ExecContext(ctx, ob.s.retry(), due.UnixMicro(), reason, 1, rw.seq, rw.c.token)
+	default:
+		stopped := r.ctx.Err() != nil
+		due := now
+		if !stopped {
+			n := r.failing.Add(1)
+			due = now.Add(backoff(int(n)))
+			if n == 1 || n%100 == 0 {
+				ob.log.Warn("outbox: relay: publishing failed; retrying", "err", logkey.Error(rw.err), "failures", n)
 			}
 		}
-		ob.log.Warn("outbox: relay: publishing failed; retrying", "err", logkey.Error(example))
-		if firstErr == nil && !sleep(ctx, r.backoff()) {
-			return nil
-		}
-	} else {
-		r.fails = 0
+		_, err = ob.db.ExecContext(ctx, ob.s.retry(), due.UnixMicro(), logkey.Error(rw.err), 0, rw.seq, rw.c.token)
 	}
-	return firstErr
+	if err != nil {
+		ob.log.Warn("outbox: relay: recording a failed publish failed; the message goes again once its lease has passed", "err", logkey.Error(err))
+	}
 }
