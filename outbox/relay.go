@@ -82,57 +82,10 @@ func (ob *Outbox) Run(ctx context.Context, p Publisher) error {
 		close(r.results)
 		<-recorded
 	}()
-	quick := time.Duration(0) // the wait after a wake: the sender may not have committed yet
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		if n := r.failing.Load(); n > 0 && !sleep(ctx, backoff(int(n))) {
-			return nil
-		}
-		// The rows in flight hold claimBytes at most: past it, the next
-		// claim waits for some to be recorded.
-		for r.held.Load() >= claimBytes {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-r.freed:
-			}
-		}
-		rows, err := r.claim(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			r.claimFails++
-			ob.log.Warn("outbox: relay: taking messages failed; retrying", "err", logkey.Error(err))
-			if !sleep(ctx, backoff(r.claimFails)) {
-				return nil
-			}
-			continue
-		}
-		r.claimFails = 0
-		if len(rows) == 0 {
-			wait := poll
-			if quick > 0 {
-				wait, quick = quick, min(quick*2, poll)
-			}
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil
-			case <-ob.wake:
-				t.Stop()
-				quick = time.Millisecond
-			case <-t.C:
-				if wait >= poll {
-					quick = 0
-				}
-			}
-			continue
-		}
-		quick = time.Millisecond
+	// The next claim is taken while this one's rows are published.
+	batches := make(chan []*row, 1)
+	go r.claims(ctx, batches)
+	for rows := range batches {
 		for _, rw := range rows {
 			if rw.err == nil {
 				acquired := false
@@ -162,6 +115,67 @@ func (ob *Outbox) Run(ctx context.Context, p Publisher) error {
 				r.results <- rw
 			}()
 		}
+	}
+	return nil
+}
+
+// claims takes rows and hands them to Run until ctx ends, then closes
+// batches.
+func (r *relay) claims(ctx context.Context, batches chan<- []*row) {
+	defer close(batches)
+	ob := r.ob
+	quick := time.Duration(0) // the wait after a wake: the sender may not have committed yet
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		if n := r.failing.Load(); n > 0 && !sleep(ctx, backoff(int(n))) {
+			return
+		}
+		// The rows in flight hold claimBytes at most: past it, the next
+		// claim waits for some to be recorded.
+		for r.held.Load() >= claimBytes {
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.freed:
+			}
+		}
+		rows, err := r.claim(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.claimFails++
+			ob.log.Warn("outbox: relay: taking messages failed; retrying", "err", logkey.Error(err))
+			if !sleep(ctx, backoff(r.claimFails)) {
+				return
+			}
+			continue
+		}
+		r.claimFails = 0
+		if len(rows) == 0 {
+			wait := poll
+			if quick > 0 {
+				wait, quick = quick, min(quick*2, poll)
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-ob.wake:
+				t.Stop()
+				quick = time.Millisecond
+			case <-t.C:
+				if wait >= poll {
+					quick = 0
+				}
+			}
+			continue
+		}
+		quick = time.Millisecond
+		batches <- rows // Run takes every batch, even after ctx ends
 	}
 }
 
