@@ -422,3 +422,38 @@ func TestSlowPublisherNoDoubleSend(t *testing.T) {
 		t.Errorf("%d confirmed publishes of 6 messages: a relay published after its lease could lapse", n)
 	}
 }
+
+// TestPanickingHandlerSendsNothing: a handler that panics after its send
+// is rolled back with it; nothing leaves.
+func TestPanickingHandlerSendsNothing(t *testing.T) {
+	d := sqliteDB(t)
+	ctx := context.Background()
+	ob := d.outbox(t, outbox.Options{})
+	ib, err := inbox.New(ctx, d.db, inbox.Options{Dialect: inbox.SQLite, Table: d.table + "_in"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ib.Close() })
+	r, err := receiver.New(receiver.Config{Selectors: []receiver.Selector{ib}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
+		if err := ob.Send(ctx, tx, outbox.Message{Destination: "q", Body: []byte("ghost")}); err != nil {
+			return err
+		}
+		panic("the handler panics after its send")
+	})
+	if res := r.Process(ctx, &receiver.Message{Key: "k", Destination: "/queue/in"}, h); res.Action == receiver.Ack {
+		t.Fatalf("a panicking handler's delivery was acknowledged: %+v", res)
+	}
+	p := &recorder{}
+	relay(t, ob, p)
+	time.Sleep(300 * time.Millisecond)
+	if got := p.confirmed(); len(got) != 0 {
+		t.Fatalf("a panicking handler's send left: %+v", got)
+	}
+	if b, err := ob.Backlog(ctx); err != nil || b.Held != 0 {
+		t.Fatalf("Backlog = %+v, %v; want no row", b, err)
+	}
+}
