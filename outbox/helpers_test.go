@@ -16,6 +16,7 @@ import (
 	"github.com/acemq/msgaudit/inbox"
 	"github.com/acemq/msgaudit/internal/testkit/testenv"
 	"github.com/acemq/msgaudit/outbox"
+	"github.com/acemq/msgaudit/receiver"
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
@@ -219,3 +220,19 @@ func eventually(t testing.TB, what string, cond func() bool) {
 }
 
 var errDown = errors.New("connection refused (test)")
+
+// inboxReceiver returns a receiver whose one selector is an inbox on d,
+// in table d.table+suffix, dropped at cleanup.
+func inboxReceiver(t testing.TB, d *db, suffix string) *receiver.Receiver {
+	t.Helper()
+	ib, err := inbox.New(context.Background(), d.db, inbox.Options{Dialect: d.dialect, Table: d.table + suffix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ib.Close(); d.drop(t, d.db, d.table+suffix) })
+	r, err := receiver.New(receiver.Config{Selectors: []receiver.Selector{ib}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}

@@ -22,15 +22,7 @@ func TestSameKeyTwoNamespacesTwoIDs(t *testing.T) {
 	d := sqliteDB(t)
 	ctx := context.Background()
 	ob := d.outbox(t, outbox.Options{})
-	ib, err := inbox.New(ctx, d.db, inbox.Options{Dialect: inbox.SQLite, Table: d.table + "_in"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ib.Close() })
-	r, err := receiver.New(receiver.Config{Selectors: []receiver.Selector{ib}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := inboxReceiver(t, d, "_in")
 	h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
 		return ob.Send(ctx, tx, outbox.Message{Destination: "out", Body: []byte(m.Destination)})
 	})

@@ -64,15 +64,7 @@ func TestInboxHandlerIDsStable(t *testing.T) {
 	forEachDB(t, func(t *testing.T, d *db) {
 		ctx := context.Background()
 		ob := d.outbox(t, outbox.Options{})
-		ib, err := inbox.New(ctx, d.db, inbox.Options{Dialect: d.dialect, Table: d.table + "_in"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = ib.Close(); d.drop(t, d.db, d.table+"_in") })
-		r, err := receiver.New(receiver.Config{Selectors: []receiver.Selector{ib}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := inboxReceiver(t, d, "_in")
 		runs := 0
 		h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
 			runs++
@@ -123,13 +115,7 @@ func TestInboxHandlerIDsStable(t *testing.T) {
 			}
 			return nil
 		})
-		ib2, err := inbox.New(ctx, d.db, inbox.Options{Dialect: d.dialect, Table: d.table + "_in2"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = ib2.Close(); d.drop(t, d.db, d.table+"_in2") })
-		r2, _ := receiver.New(receiver.Config{Selectors: []receiver.Selector{ib2}, Namespace: "/queue/in"})
-		_ = r2
+		r2 := inboxReceiver(t, d, "_in2")
 		// A rerun on a second inbox table keyed the same way must fail on
 		// the outbox's unique id: the same ids, recorded already.
 		res := r2.Process(ctx, &receiver.Message{Key: "k1", Destination: "/queue/in"}, again)
@@ -429,15 +415,7 @@ func TestPanickingHandlerSendsNothing(t *testing.T) {
 	d := sqliteDB(t)
 	ctx := context.Background()
 	ob := d.outbox(t, outbox.Options{})
-	ib, err := inbox.New(ctx, d.db, inbox.Options{Dialect: inbox.SQLite, Table: d.table + "_in"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ib.Close() })
-	r, err := receiver.New(receiver.Config{Selectors: []receiver.Selector{ib}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := inboxReceiver(t, d, "_in")
 	h := inbox.Handler(func(ctx context.Context, tx *sql.Tx, m *receiver.Message) error {
 		if err := ob.Send(ctx, tx, outbox.Message{Destination: "q", Body: []byte("ghost")}); err != nil {
 			return err
