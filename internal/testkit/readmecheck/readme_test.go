@@ -74,7 +74,7 @@ var imports = map[string]string{
 	"nats":         "github.com/nats-io/nats.go", "jetstream": "github.com/nats-io/nats.go/jetstream",
 	"amqp":  "github.com/rabbitmq/amqp091-go",
 	"inbox": "github.com/acemq/msgaudit/inbox", "pgxinbox": "github.com/acemq/msgaudit/inbox/pgxinbox",
-	"outbox": "github.com/acemq/msgaudit/outbox",
+	"outbox":      "github.com/acemq/msgaudit/outbox",
 	"sqlitestore": "github.com/acemq/msgaudit/idempotency/sqlitestore",
 	"redisstore":  "github.com/acemq/msgaudit/idempotency/redisstore",
 	"pgstore":     "github.com/acemq/msgaudit/idempotency/pgstore",
