@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/acemq/msgaudit/internal/consumerkit"
 	"github.com/acemq/msgaudit/internal/redact"
 	"github.com/acemq/msgaudit/internal/tlsconf"
 )
@@ -121,6 +122,25 @@ func (c *Consumer) String() string { return "stompconsumer.Consumer{" + c.cfg.St
 
 // Format makes every verb (%#v included) print the redacted String.
 func (c *Consumer) Format(f fmt.State, verb rune) { redact.Format(f, verb, c.String()) }
+
+// connectionDefaults fills the zero connection fields the Consumer and
+// the Publisher share: ConnectTimeout, Heartbeat, MaxHeaderBytes,
+// MaxBodyBytes and ReconnectBackoff.
+func (c *Config) connectionDefaults() {
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = defaultConnectTimeout
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = defaultHeartbeat
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = defaultMaxHeaderBytes
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = defaultMaxBodyBytes
+	}
+	c.ReconnectBackoff = consumerkit.WithDefaults(c.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 0.5)
+}
 
 // connection parses the connection fields of c: the endpoints of
 // Addresses, the TLS configuration, and the redactor of the passcode and

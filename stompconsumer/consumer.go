@@ -63,20 +63,9 @@ func New(cfg Config) (*Consumer, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = defaultConcurrency
 	}
-	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = defaultConnectTimeout
-	}
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = defaultHeartbeat
-	}
+	cfg.connectionDefaults()
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = defaultShutdownTimeout
-	}
-	if cfg.MaxHeaderBytes <= 0 {
-		cfg.MaxHeaderBytes = defaultMaxHeaderBytes
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = defaultMaxBodyBytes
 	}
 	if cfg.DeadLetterDestination == "" {
 		cfg.DeadLetterDestination = defaultDeadLetter
@@ -86,7 +75,6 @@ func New(cfg Config) (*Consumer, error) {
 		cfg.KeyHeader = frame.MessageId
 	}
 	cfg.Pipeline.Backoff = consumerkit.WithDefaults(cfg.Pipeline.Backoff, 100*time.Millisecond, 5*time.Second, 0.2)
-	cfg.ReconnectBackoff = consumerkit.WithDefaults(cfg.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 0.5)
 
 	log := cfg.Pipeline.Logger
 	if log == nil {

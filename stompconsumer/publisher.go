@@ -60,19 +60,7 @@ func NewPublisher(ctx context.Context, cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = defaultConnectTimeout
-	}
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = defaultHeartbeat
-	}
-	if cfg.MaxHeaderBytes <= 0 {
-		cfg.MaxHeaderBytes = defaultMaxHeaderBytes
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = defaultMaxBodyBytes
-	}
-	cfg.ReconnectBackoff = consumerkit.WithDefaults(cfg.ReconnectBackoff, 100*time.Millisecond, 10*time.Second, 0.5)
+	cfg.connectionDefaults()
 	log := cfg.Pipeline.Logger
 	if log == nil {
 		log = nopLogger()
